@@ -1,0 +1,99 @@
+"""Baseline losses from pytorch-metric-learning (PML), behind one table.
+
+Defaults follow the Proxy-Anchor code's PML wrappers, the lineage of PFML's baselines
+(specs/reference-implementations.md §2: PA α=32 δ=0.1; ProxyNCA softmax_scale 32; MS (2, 50, 0.5)
++ miner ε=0.1; Triplet margin 0.1 + semihard miner; Contrastive neg_margin 0.5), else PML's own.
+Each entry's `note` says where PML's definition departs from the paper that introduced the loss;
+`proxy_nca_paper` gives the original ProxyNCA form where PML's differs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from pytorch_metric_learning import losses, miners
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Baseline:
+    pml_class: str
+    defaults: dict = field(default_factory=dict)
+    has_classes: bool = False  # constructor takes (num_classes, embedding_size): a classifier/proxy loss
+    note: str = ""
+
+
+BASELINES: dict[str, Baseline] = {
+    "proxy_anchor": Baseline("ProxyAnchorLoss", {"margin": 0.1, "alpha": 32}, True,
+                             "As in Kim et al. 2020 (cosine, positive term averaged over proxies with positives)."),
+    "proxy_nca": Baseline("ProxyNCALoss", {"softmax_scale": 32}, True,
+                          "PML's softmax denominator includes the target proxy (= normalised softmax on "
+                          "squared distances); the ProxyNCA paper's excludes it: see `proxy_nca_paper`."),
+    "soft_triple": Baseline("SoftTripleLoss", {"centers_per_class": 10, "la": 20, "gamma": 0.1, "margin": 0.01}, True,
+                            "As in Qian et al. 2019; PFML Table 3 sets centers_per_class to PFML's M."),
+    "multi_similarity": Baseline("MultiSimilarityLoss", {"alpha": 2, "beta": 50, "base": 0.5},
+                                 note="As in Wang et al. 2019, with PML's MultiSimilarityMiner (epsilon)."),
+    "triplet": Baseline("TripletMarginLoss", {"margin": 0.1},
+                        note="Euclidean distance on normalised embeddings, mean over triplets with "
+                             "non-zero loss; semihard triplets from PML's TripletMarginMiner."),
+    "contrastive": Baseline("ContrastiveLoss", {"pos_margin": 0.0, "neg_margin": 0.5},
+                            note="PML uses hinge on the (unsquared) distance, averaged over non-zero pairs."),
+    "normalized_softmax": Baseline("NormalizedSoftmaxLoss", {"temperature": 0.05}, True),
+    "arcface": Baseline("ArcFaceLoss", {"margin": 28.6, "scale": 64}, True, "PML's margin is in degrees."),
+    "cosface": Baseline("CosFaceLoss", {"margin": 0.35, "scale": 64}, True),
+    "npair": Baseline("NPairsLoss", {},
+                      note="One positive pair per label in the batch, dot-product similarity; the paper's L2 "
+                           "penalty on embeddings is not included."),
+}
+
+
+class MinedLoss(nn.Module):
+    """A PML loss fed by a PML miner: loss(embeddings, labels, miner(embeddings, labels))."""
+
+    def __init__(self, loss: nn.Module, miner: nn.Module):
+        super().__init__()
+        self.loss, self.miner = loss, miner
+
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return self.loss(embeddings, labels, self.miner(embeddings, labels))
+
+
+class ProxyNCAPaperLoss(nn.Module):
+    """ProxyNCA as published (Movshovitz-Attias et al. 2017): the target proxy is left out of the
+    denominator, L_i = −log(exp(−s·d(x_i, p_y)) / Σ_{j≠y} exp(−s·d(x_i, p_j))), with d the squared
+    distance of ℓ2-normalised vectors and s = softmax_scale as in PML; mean over the batch.
+    The loss can be negative."""
+
+    def __init__(self, num_classes: int, embedding_size: int, softmax_scale: float = 32.0):
+        super().__init__()
+        self.softmax_scale = softmax_scale
+        self.proxies = nn.Parameter(torch.randn(num_classes, embedding_size))  # PML's default init (normal_)
+
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        x, p = F.normalize(embeddings.float(), dim=-1), F.normalize(self.proxies.float(), dim=-1)
+        logits = -self.softmax_scale * (2.0 - 2.0 * x @ p.T)  # ‖x − p‖² of unit vectors
+        target = logits.gather(1, labels[:, None].long()).squeeze(1)
+        others = logits.scatter(1, labels[:, None].long(), float("-inf"))
+        return (torch.logsumexp(others, dim=1) - target).mean()
+
+
+def build_baseline(name: str, num_classes: int, embedding_size: int, **hparams) -> nn.Module:
+    """A baseline by name; `hparams` override the defaults (miner keys: see the two mined losses)."""
+    if name == "proxy_nca_paper":
+        return ProxyNCAPaperLoss(num_classes, embedding_size, **hparams)
+    spec = BASELINES[name]
+    miner_args = {key: hparams.pop(key) for key in ("miner", "miner_epsilon", "miner_margin") if key in hparams}
+    args = {**spec.defaults, **hparams}
+    loss_class = getattr(losses, spec.pml_class)
+    loss = loss_class(num_classes, embedding_size, **args) if spec.has_classes else loss_class(**args)
+    if name == "multi_similarity":
+        epsilon = miner_args.pop("miner_epsilon", 0.1)
+        loss = loss if epsilon is None else MinedLoss(loss, miners.MultiSimilarityMiner(epsilon=epsilon))
+    elif name == "triplet":
+        kind, margin = miner_args.pop("miner", "semihard"), miner_args.pop("miner_margin", args["margin"])
+        loss = loss if kind is None else MinedLoss(loss, miners.TripletMarginMiner(margin=margin, type_of_triplets=kind))
+    if miner_args:
+        raise TypeError(f"loss {name!r} takes no miner options {sorted(miner_args)}")
+    return loss

@@ -1,0 +1,158 @@
+"""Total potential energy of samples and proxies, PFML eq. (3)–(6), for any pair potential.
+
+PFML (`pfml.py`) and its contrastive twin CPML (`cpml.py`) differ only in the single-point
+potentials ψ_att, ψ_rep; everything here is shared. Stacking the B batch embeddings and the N·M
+proxies into one set of points, eq. (6) is the sum over ordered pairs a ≠ b of
+φ_ab = ψ_att(d_ab) for same-class pairs and ψ_rep(d_ab) otherwise (specs/pfml.md §1.4):
+
+    U = U_zz + 2·U_zp + U_pp
+
+(the constant self terms ψ_att(0) are left out; they carry no gradient).
+
+Both potentials are constant beyond their δ: a different-class pair farther apart than δ_rep adds
+ψ_rep(δ_rep) and no gradient. With `pair_search="neighbour"` the different-class terms are
+therefore evaluated as (count · ψ_rep(δ_rep)) + Σ_near (ψ_rep(d) − ψ_rep(δ_rep)), where the near
+pairs come from a no-grad search (sample–proxy) and a Verlet neighbour list (proxy–proxy). The
+value and gradients equal the dense evaluation up to floating-point rounding.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .distances import paired_distances, pairwise_distances, search_tolerance, squared_distances_nograd
+from .neighbour_list import NeighbourList
+
+PAIR_SEARCH_MODES = ("auto", "dense", "neighbour")
+DENSE_LIMIT = 4096  # "auto" evaluates every pair densely up to this many proxies
+
+
+class PotentialFieldLoss(nn.Module):
+    """Energy U of eq. (6) over a batch and all class proxies; subclasses define ψ_att and ψ_rep.
+
+    Args:
+        num_classes: N, the number of training classes (proxies exist for all of them).
+        embedding_size: D.
+        proxies_per_class: M; 0 is the no-proxy ablation (U = Σ_i Ψ_{y_i}(z_i), Fig. 3a).
+        delta: δ_att, the attraction radius of eq. (1).
+        delta_rep: δ_rep of eq. (2); None means δ_rep = δ_att (the main method).
+        reduction: "sum" (U itself) or "mean" (U / (B + N·M)).
+        normalize_proxies: use ℓ2-normalised proxies in the distances (spec §1.5 switch; default off).
+        proxy_init: "normal" (i.i.d. Gaussian, std `proxy_init_std`, default √(2/N)) or
+            "unit_sphere" (the Gaussian draw normalised once).
+        pair_search: "dense" (every pair), "neighbour" (near pairs only, exact), or "auto"
+            (neighbour above 4096 proxies).
+        skin: Verlet skin of the proxy–proxy neighbour list; None means δ_rep / 2.
+    """
+
+    def __init__(self, num_classes: int, embedding_size: int, proxies_per_class: int, delta: float,
+                 delta_rep: float | None = None, reduction: str = "sum", normalize_proxies: bool = False,
+                 proxy_init: str = "normal", proxy_init_std: float | None = None, pair_search: str = "auto",
+                 skin: float | None = None):
+        super().__init__()
+        if num_classes < 1 or embedding_size < 1 or proxies_per_class < 0:
+            raise ValueError(f"{type(self).__name__}: need num_classes >= 1, embedding_size >= 1 and "
+                             f"proxies_per_class >= 0, got {num_classes}, {embedding_size}, {proxies_per_class}")
+        if delta <= 0 or (delta_rep is not None and delta_rep <= 0):
+            raise ValueError(f"{type(self).__name__}: delta and delta_rep must be > 0, got {delta}, {delta_rep}")
+        if reduction not in ("sum", "mean"):
+            raise ValueError(f"{type(self).__name__}: reduction must be 'sum' or 'mean', got {reduction!r}")
+        if pair_search not in PAIR_SEARCH_MODES:
+            raise ValueError(f"{type(self).__name__}: pair_search must be one of {PAIR_SEARCH_MODES}, got {pair_search!r}")
+        self.num_classes, self.embedding_size, self.proxies_per_class = num_classes, embedding_size, proxies_per_class
+        self.delta_att = float(delta)
+        self.delta_rep = float(delta if delta_rep is None else delta_rep)
+        self.reduction, self.normalize_proxies, self.pair_search = reduction, normalize_proxies, pair_search
+        self.proxies = nn.Parameter(self._initial_proxies(proxy_init, proxy_init_std))
+        self.register_buffer("proxy_labels", torch.arange(num_classes).repeat_interleave(proxies_per_class),
+                             persistent=False)
+        self._neighbours = NeighbourList(self.delta_rep, self.delta_rep / 2 if skin is None else skin)
+        self.last_terms: dict[str, torch.Tensor] = {}
+
+    def _initial_proxies(self, proxy_init: str, std: float | None) -> torch.Tensor:
+        # specs/pfml.md §1.5: i.i.d. Gaussian (supp. Cor. 1), std √(2/N) by default
+        p = torch.randn(self.num_classes * self.proxies_per_class, self.embedding_size)
+        if proxy_init == "normal":
+            return p * (math.sqrt(2.0 / self.num_classes) if std is None else std)
+        if proxy_init == "unit_sphere":
+            return F.normalize(p, dim=-1)
+        raise ValueError(f"{type(self).__name__}: proxy_init must be 'normal' or 'unit_sphere', got {proxy_init!r}")
+
+    # -- the pair potentials: ψ_att for same-class pairs, ψ_rep (constant beyond δ_rep) otherwise --
+    def attraction(self, d: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def repulsion(self, d: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _use_neighbours(self) -> bool:
+        if self.pair_search == "auto":
+            return self.proxies.shape[0] > DENSE_LIMIT
+        return self.pair_search == "neighbour"
+
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if embeddings.ndim != 2 or embeddings.shape[1] != self.embedding_size:
+            raise ValueError(f"{type(self).__name__}: embeddings must be (B, {self.embedding_size}), "
+                             f"got {tuple(embeddings.shape)}")
+        with torch.autocast(embeddings.device.type, enabled=False):  # energies in fp32 at least (spec §1.7)
+            dtype = torch.promote_types(embeddings.dtype, torch.float32)
+            z, y = embeddings.to(dtype), labels.to(embeddings.device).long()
+            q = self.proxies.to(dtype)
+            if self.normalize_proxies:
+                q = F.normalize(q, dim=-1)
+            far = self.repulsion(torch.tensor(self.delta_rep, dtype=dtype, device=z.device))
+            sparse = self._use_neighbours()
+            u_zz = self._sample_sample(z, y)
+            u_zp = self._sample_proxy(z, y, q, far, sparse) if q.shape[0] else z.new_zeros(())
+            u_pp = self._proxy_proxy(q, far, sparse) if q.shape[0] else z.new_zeros(())
+            energy = u_zz + 2.0 * u_zp + u_pp  # eq. (6): each sample–proxy pair appears in both fields
+            self.last_terms = {"U_zz": u_zz.detach(), "U_zp": u_zp.detach(), "U_pp": u_pp.detach()}
+            if self.reduction == "mean":
+                energy = energy / (z.shape[0] + q.shape[0])
+        return energy
+
+    def _pair_potential(self, d: torch.Tensor, same: torch.Tensor) -> torch.Tensor:
+        return torch.where(same, self.attraction(d), self.repulsion(d))
+
+    def _sample_sample(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        phi = self._pair_potential(pairwise_distances(z, z), y[:, None] == y[None, :])
+        return phi.masked_fill(torch.eye(len(z), dtype=torch.bool, device=z.device), 0.0).sum()
+
+    def _sample_proxy(self, z, y, q, far, sparse: bool) -> torch.Tensor:
+        proxy_labels = self.proxy_labels.to(z.device)
+        if not sparse:
+            return self._pair_potential(pairwise_distances(z, q), y[:, None] == proxy_labels[None, :]).sum()
+        m = self.proxies_per_class
+        own = q.view(self.num_classes, m, -1)[y]  # (B, M, D): the proxies of each sample's class
+        same = self.attraction(paired_distances(z[:, None, :], own)).sum()
+        near = squared_distances_nograd(z, q) < self.delta_rep ** 2 + search_tolerance(z, q)
+        near &= y[:, None] != proxy_labels[None, :]
+        i, a = torch.nonzero(near, as_tuple=True)
+        n_far = z.shape[0] * (q.shape[0] - m)
+        return same + n_far * far + (self.repulsion(paired_distances(z[i], q[a])) - far).sum()
+
+    def _proxy_proxy(self, q, far, sparse: bool) -> torch.Tensor:
+        n, m = self.num_classes, self.proxies_per_class
+        per_class = q.view(n, m, -1)
+        off_diagonal = ~torch.eye(m, dtype=torch.bool, device=q.device)
+        same = self.attraction(pairwise_distances(per_class, per_class))[:, off_diagonal].sum()
+        if not sparse:
+            labels = self.proxy_labels.to(q.device)
+            diff = labels[:, None] != labels[None, :]
+            return same + torch.where(diff, self.repulsion(pairwise_distances(q, q)), 0.0).sum()
+        i, j = self._neighbours.pairs(q, self.proxy_labels.to(q.device))
+        n_ordered = q.shape[0] * (q.shape[0] - m)
+        return same + n_ordered * far + 2.0 * (self.repulsion(paired_distances(q[i], q[j])) - far).sum()
+
+    def neighbour_stats(self) -> dict[str, int]:
+        """Rows refreshed and pairs held by the proxy–proxy neighbour list at the last forward."""
+        return dict(self._neighbours.stats)
+
+    def extra_repr(self) -> str:
+        return (f"num_classes={self.num_classes}, embedding_size={self.embedding_size}, "
+                f"proxies_per_class={self.proxies_per_class}, delta_att={self.delta_att}, "
+                f"delta_rep={self.delta_rep}, reduction={self.reduction!r}, pair_search={self.pair_search!r}")

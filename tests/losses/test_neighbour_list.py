@@ -1,0 +1,89 @@
+"""The proxy–proxy neighbour list stays exact as proxies move (specs/pfml.md §1.6 shortcut, issue [1/7] item 7)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dmlrepro.losses import CPMLLoss, PFMLLoss
+from dmlrepro.losses.neighbour_list import NeighbourList
+
+
+def brute_near_pairs(points, labels, radius):
+    d = torch.cdist(points.double(), points.double())
+    near = (d < radius) & (labels[:, None] != labels[None, :])
+    i, j = torch.nonzero(torch.triu(near, diagonal=1), as_tuple=True)
+    return set(zip(i.tolist(), j.tolist()))
+
+
+def test_list_holds_every_near_pair_while_points_move():
+    g = torch.Generator().manual_seed(0)
+    n, dim, radius, skin = 300, 5, 0.3, 0.05
+    labels = torch.arange(n // 3).repeat_interleave(3)
+    points = torch.randn(n, dim, generator=g) * 0.5
+    nlist = NeighbourList(radius, skin)
+    partial_refreshes = 0
+    for step in range(40):
+        if step % 13 == 12:  # teleport a few points
+            points[torch.randint(0, n, (5,), generator=g)] = torch.randn(5, dim, generator=g) * 0.5
+        else:  # most points drift a little, some a lot
+            points = points + 0.01 * torch.randn(n, dim, generator=g)
+            movers = torch.randint(0, n, (10,), generator=g)
+            points[movers] += 0.2 * torch.randn(10, dim, generator=g)
+        first, second = nlist.pairs(points, labels)
+        held = set(zip(first.tolist(), second.tolist()))
+        assert len(held) == first.numel()  # no duplicates
+        assert (first < second).all() and (labels[first] != labels[second]).all()
+        truth = brute_near_pairs(points, labels, radius)
+        assert truth <= held, f"step {step}: {len(truth - held)} near pairs missing"
+        partial_refreshes += 0 < nlist.stats["rows_refreshed"] < n
+    assert truth, "the test must contain near pairs"
+    assert partial_refreshes > 10  # the incremental path, not only full rebuilds, was exercised
+    assert nlist.stats["rebuilds"] == 1
+
+
+def test_skin_zero_refreshes_every_moved_row():
+    labels = torch.tensor([0, 0, 1, 1])
+    points = torch.tensor([[0.0, 0], [1, 0], [0, 1], [1, 1]])
+    nlist = NeighbourList(0.5, 0.0)
+    nlist.pairs(points, labels)
+    points[2] = torch.tensor([0.1, 0.1])
+    first, second = nlist.pairs(points, labels)
+    assert nlist.stats["rows_refreshed"] == 1
+    assert set(zip(first.tolist(), second.tolist())) == {(0, 2)}
+
+
+@pytest.mark.parametrize("loss_class,kwargs", [(PFMLLoss, {"alpha": 4.0}), (PFMLLoss, {"alpha": 0.0}),
+                                               (CPMLLoss, {"repulsion": "hinge"})])
+def test_neighbour_mode_equals_dense_during_training(loss_class, kwargs):
+    """Same proxies, one optimiser: value and gradients of both modes agree at every step (fp32)."""
+    torch.manual_seed(0)
+    num_classes, m, dim, delta = 60, 3, 6, 0.35
+    dense = loss_class(num_classes, dim, m, delta=delta, pair_search="dense", **kwargs)
+    sparse = loss_class(num_classes, dim, m, delta=delta, pair_search="neighbour", skin=0.05, **kwargs)
+    with torch.no_grad():
+        dense.proxies.mul_(0.0).add_(torch.randn_like(dense.proxies) * 0.3)
+        sparse.proxies.copy_(dense.proxies)
+    optimiser = torch.optim.Adam(dense.parameters(), lr=0.02)
+    rows = []
+    for step in range(25):
+        z = torch.nn.functional.normalize(torch.randn(32, dim), dim=1).requires_grad_()
+        y = torch.randint(0, num_classes, (32,))
+        with torch.no_grad():
+            sparse.proxies.copy_(dense.proxies)
+        sparse.proxies.grad = None
+        optimiser.zero_grad()
+        u_dense, u_sparse = dense(z, y), sparse(z, y)
+        (gz_dense,) = torch.autograd.grad(u_dense, z, retain_graph=True)
+        u_dense.backward()
+        (gz_sparse,) = torch.autograd.grad(u_sparse, z, retain_graph=True)
+        u_sparse.backward()
+        assert u_sparse.item() == pytest.approx(u_dense.item(), rel=2e-6)
+        scale = dense.proxies.grad.abs().max()
+        torch.testing.assert_close(sparse.proxies.grad, dense.proxies.grad, rtol=1e-4, atol=1e-5 * scale)
+        torch.testing.assert_close(gz_sparse, gz_dense, rtol=1e-4, atol=1e-5 * gz_dense.abs().max())
+        rows.append(sparse.neighbour_stats()["rows_refreshed"])
+        optimiser.step()
+    d = torch.cdist(dense.proxies.detach(), dense.proxies.detach())
+    assert ((d < delta) & (d > 0)).sum() > 0  # near proxy pairs exist, so the list matters
+    assert any(0 < r < num_classes * m for r in rows)  # incremental refreshes happened
