@@ -87,3 +87,21 @@ def test_neighbour_mode_equals_dense_during_training(loss_class, kwargs):
     d = torch.cdist(dense.proxies.detach(), dense.proxies.detach())
     assert ((d < delta) & (d > 0)).sum() > 0  # near proxy pairs exist, so the list matters
     assert any(0 < r < num_classes * m for r in rows)  # incremental refreshes happened
+
+
+def test_far_points_travel_far_but_not_past_a_newcomer():
+    """A lone point may move far without a refresh; a point refreshed next to it shrinks that allowance."""
+    labels = torch.tensor([0, 1, 1])
+    points = torch.tensor([[0.0, 0.0], [10.0, 0.0], [-10.0, 0.0]])
+    nlist = NeighbourList(radius=0.5, skin=0.05)
+    nlist.pairs(points, labels)
+    points[0] = torch.tensor([3.0, 0.0])  # far from everything: no refresh needed
+    nlist.pairs(points, labels)
+    assert nlist.stats["rows_refreshed"] == 0
+    points[0] = torch.tensor([0.0, 0.0])
+    points[2] = torch.tensor([0.9, 0.0])  # newcomer outside radius + 2·skin (+ rounding bound) of point 0
+    first, _ = nlist.pairs(points, labels)
+    assert nlist.stats["rows_refreshed"] == 1 and first.numel() == 0
+    points[0] = torch.tensor([0.5, 0.0])  # now 0.4 < radius from the newcomer
+    first, second = nlist.pairs(points, labels)
+    assert set(zip(first.tolist(), second.tolist())) == {(0, 2)}

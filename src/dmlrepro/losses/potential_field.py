@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .distances import paired_distances, pairwise_distances, search_tolerance, squared_distances_nograd
+from .distances import paired_distances, pairwise_distances, squared_distances_lowp
 from .neighbour_list import NeighbourList
 
 PAIR_SEARCH_MODES = ("auto", "dense", "neighbour")
@@ -46,13 +46,16 @@ class PotentialFieldLoss(nn.Module):
             "unit_sphere" (the Gaussian draw normalised once).
         pair_search: "dense" (every pair), "neighbour" (near pairs only, exact), or "auto"
             (neighbour above 4096 proxies).
-        skin: Verlet skin of the proxy–proxy neighbour list; None means δ_rep / 2.
+        skin: least distance a proxy may move before its neighbour-list row is searched again;
+            None means δ_rep / 2 (see `neighbour_list.py`).
+        search_dtype: precision of the no-grad near-pair searches (bfloat16; float32 on CPUs
+            without fast bfloat16). Rounding is bounded, so results stay exact either way.
     """
 
     def __init__(self, num_classes: int, embedding_size: int, proxies_per_class: int, delta: float,
                  delta_rep: float | None = None, reduction: str = "sum", normalize_proxies: bool = False,
                  proxy_init: str = "normal", proxy_init_std: float | None = None, pair_search: str = "auto",
-                 skin: float | None = None):
+                 skin: float | None = None, search_dtype: torch.dtype = torch.bfloat16):
         super().__init__()
         if num_classes < 1 or embedding_size < 1 or proxies_per_class < 0:
             raise ValueError(f"{type(self).__name__}: need num_classes >= 1, embedding_size >= 1 and "
@@ -70,7 +73,9 @@ class PotentialFieldLoss(nn.Module):
         self.proxies = nn.Parameter(self._initial_proxies(proxy_init, proxy_init_std))
         self.register_buffer("proxy_labels", torch.arange(num_classes).repeat_interleave(proxies_per_class),
                              persistent=False)
-        self._neighbours = NeighbourList(self.delta_rep, self.delta_rep / 2 if skin is None else skin)
+        self.search_dtype = search_dtype
+        self._neighbours = NeighbourList(self.delta_rep, self.delta_rep / 2 if skin is None else skin,
+                                         search_dtype=search_dtype)
         self.last_terms: dict[str, torch.Tensor] = {}
 
     def _initial_proxies(self, proxy_init: str, std: float | None) -> torch.Tensor:
@@ -129,8 +134,8 @@ class PotentialFieldLoss(nn.Module):
         m = self.proxies_per_class
         own = q.view(self.num_classes, m, -1)[y]  # (B, M, D): the proxies of each sample's class
         same = self.attraction(paired_distances(z[:, None, :], own)).sum()
-        near = squared_distances_nograd(z, q) < self.delta_rep ** 2 + search_tolerance(z, q)
-        near &= y[:, None] != proxy_labels[None, :]
+        d2, bound = squared_distances_lowp(z, q, self.search_dtype)
+        near = (d2 < self.delta_rep ** 2 + bound) & (y[:, None] != proxy_labels[None, :])
         i, a = torch.nonzero(near, as_tuple=True)
         n_far = z.shape[0] * (q.shape[0] - m)
         return same + n_far * far + (self.repulsion(paired_distances(z[i], q[a])) - far).sum()
