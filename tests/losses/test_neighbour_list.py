@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from dmlrepro.losses import CPMLLoss, PFMLLoss
+from dmlrepro.losses.distances import lowp_rounding_bound, lowp_threshold, shifted_cross_lowp
 from dmlrepro.losses.neighbour_list import NeighbourList
 
 
@@ -93,7 +94,7 @@ def test_far_points_travel_far_but_not_past_a_newcomer():
     """A lone point may move far without a refresh; a point refreshed next to it shrinks that allowance."""
     labels = torch.tensor([0, 1, 1])
     points = torch.tensor([[0.0, 0.0], [10.0, 0.0], [-10.0, 0.0]])
-    nlist = NeighbourList(radius=0.5, skin=0.05)
+    nlist = NeighbourList(radius=0.5, skin=0.05, search_dtype=torch.float32)  # tight bound: exact geometry
     nlist.pairs(points, labels)
     points[0] = torch.tensor([3.0, 0.0])  # far from everything: no refresh needed
     nlist.pairs(points, labels)
@@ -105,3 +106,19 @@ def test_far_points_travel_far_but_not_past_a_newcomer():
     points[0] = torch.tensor([0.5, 0.0])  # now 0.4 < radius from the newcomer
     first, second = nlist.pairs(points, labels)
     assert set(zip(first.tolist(), second.tolist())) == {(0, 2)}
+
+
+@pytest.mark.parametrize("scale", [0.05, 1.0, 6.0])
+def test_low_precision_search_error_is_within_its_bound(scale):
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(300, 512, generator=g) * scale / 22, torch.randn(500, 512, generator=g) * scale / 22
+    b[:50] = a[:50] + 1e-3 * torch.randn(50, 512, generator=g)  # near pairs, where cancellation is worst
+    b_sq = b.pow(2).sum(1)
+    x = shifted_cross_lowp(a, b, b_sq, torch.bfloat16).double() + a.double().pow(2).sum(1)[:, None]
+    exact = torch.cdist(a.double(), b.double()).pow(2)
+    bound = lowp_rounding_bound(float(a.norm(dim=1).max()), float(b.norm(dim=1).max()), 512, torch.bfloat16)
+    error = (x - exact).abs().max().item()
+    assert 0 < error <= bound
+    assert error > bound / 50  # the bound is not vacuous
+    t = torch.tensor([0.3, 1.7, 123.4])
+    assert (lowp_threshold(t, torch.bfloat16).double() >= t.double()).all()

@@ -28,19 +28,29 @@ def paired_distances(a: torch.Tensor, b: torch.Tensor, eps2: float = EPS2) -> to
     return (diff * diff).sum(-1).clamp_min(eps2).sqrt()
 
 
-def squared_distances_lowp(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, float]:
-    """(P, D), (Q, D) -> ((P, Q) float32 squared distances from a `dtype` GEMM, error bound).
+def lowp_rounding_bound(a_max_norm: float, b_max_norm: float, dim: int, dtype: torch.dtype) -> float:
+    """Bound on the error of ‖b‖² − 2·a·b from `shifted_cross_lowp` (rigorous, with margin).
 
-    With unit roundoff u of `dtype`, rounding a and b and the GEMM's output changes a·b by at most
-    (3u + u²)‖a‖‖b‖ (Cauchy–Schwarz), and float32 accumulation by at most D·ε₃₂‖a‖‖b‖; the squared
-    norms are exact in float32 up to ε₃₂. The returned bound covers twice the cross-term error.
+    With unit roundoff u of `dtype`, rounding a and b changes a·b by at most (2u + u²)‖a‖‖b‖
+    (Cauchy–Schwarz); float32 accumulation adds at most D·ε₃₂‖a‖‖b‖; rounding ‖b‖² and the output
+    (|‖b‖² − 2a·b| ≤ (‖a‖ + ‖b‖)²) adds at most u·‖b‖² + u·(‖a‖ + ‖b‖)².
+    """
+    u, eps32 = torch.finfo(dtype).eps / 2, torch.finfo(torch.float32).eps
+    a, b = a_max_norm, b_max_norm
+    return 1.5 * (2 * (2 * u + u * u + dim * eps32) * a * b + u * b * b + u * (a + b) ** 2) + 1e-12
+
+
+def lowp_threshold(threshold: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`threshold` in `dtype`, raised first so that rounding can only widen a `<` comparison."""
+    u = torch.finfo(dtype).eps / 2
+    return (threshold + 2 * u * threshold.abs()).to(dtype)
+
+
+def shifted_cross_lowp(a: torch.Tensor, b: torch.Tensor, b_sq_norms: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(P, D), (Q, D) -> (P, Q) ‖b_j‖² − 2·a_i·b_j in `dtype`, one GEMM with a fused epilogue.
+
+    Adding ‖a_i‖² gives the squared distance; a search compares against a per-row threshold instead,
+    so the (P, Q) matrix is touched only by the comparison.
     """
     with torch.no_grad():
-        a32, b32 = a.float(), b.float()
-        na2, nb2 = (a32 * a32).sum(-1), (b32 * b32).sum(-1)
-        cross = (a.to(dtype) @ b.to(dtype).T).float()
-        d2 = cross.mul_(-2.0).add_(na2[:, None]).add_(nb2[None, :])
-        u, eps32 = torch.finfo(dtype).eps / 2, torch.finfo(torch.float32).eps
-        na, nb = float(na2.max().sqrt()) if len(a) else 0.0, float(nb2.max().sqrt()) if len(b) else 0.0
-        bound = 2.0 * (3 * u + u * u + a.shape[-1] * eps32) * na * nb + 4 * eps32 * (na * na + nb * nb) + 1e-12
-        return d2, bound
+        return torch.addmm(b_sq_norms.to(dtype)[None, :], a.to(dtype), b.to(dtype).T, alpha=-2.0)

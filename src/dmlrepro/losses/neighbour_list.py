@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from .distances import squared_distances_lowp
+from .distances import lowp_rounding_bound, lowp_threshold, shifted_cross_lowp
 
 
 class NeighbourList:
@@ -36,7 +36,8 @@ class NeighbourList:
     def pairs(self, points: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Unordered pairs (i < j) containing every different-class pair closer than `radius`.
 
-        `labels` must stay the same between calls (they are the proxies' fixed classes).
+        `labels` are the points' classes, fixed between calls, with each class's points in one
+        contiguous block of rows (the proxies' layout: row j·M + k is proxy k of class j).
         """
         points = points.detach()
         if self.reference is None or self.reference.shape != points.shape or self.reference.device != points.device:
@@ -57,27 +58,40 @@ class NeighbourList:
         return self.first, self.second
 
     def _refresh(self, points: torch.Tensor, labels: torch.Tensor, rows: torch.Tensor) -> None:
-        n = points.shape[0]
+        n, device = points.shape[0], points.device
         self.reference[rows] = points[rows]
-        in_rows = torch.zeros(n, dtype=torch.bool, device=points.device)
+        in_rows = torch.zeros(n, dtype=torch.bool, device=device)
         in_rows[rows] = True
         keep = ~(in_rows[self.first] | in_rows[self.second])
         firsts, seconds = [self.first[keep]], [self.second[keep]]
         self.gap[rows] = float("inf")
+        sq_norms = self.reference.pow(2).sum(-1)
+        max_norm = float(sq_norms.max().sqrt())
+        u = torch.finfo(self.search_dtype).eps / 2
+        bound = lowp_rounding_bound(max_norm, max_norm, points.shape[1], self.search_dtype)
+        column_bound = bound + 1.5 * u * (max_norm ** 2 + (2 * max_norm) ** 2)  # rounding ‖R_i‖² and the sum
         reach2 = (self.radius + 2.0 * self.skin) ** 2
+        class_start = torch.searchsorted(labels, labels, side="left")  # first row of each row's class
+        class_size = torch.searchsorted(labels, labels, side="right") - class_start
         for start in range(0, rows.numel(), self.chunk_rows):
             chunk = rows[start:start + self.chunk_rows]
-            d2, bound = squared_distances_lowp(self.reference[chunk], self.reference, self.search_dtype)
-            same_r, same_c = torch.nonzero(labels[chunk, None] == labels[None, :], as_tuple=True)
-            d2[same_r, same_c] = float("inf")  # same-class pairs are evaluated separately
-            near = d2 < reach2 + bound
-            r, c = torch.nonzero(near, as_tuple=True)
-            a = chunk[r]
-            once = ~in_rows[c] | (a < c)  # a pair of two refreshed rows is kept from its smaller index
-            firsts.append(torch.minimum(a[once], c[once]))
-            seconds.append(torch.maximum(a[once], c[once]))
+            # x[i, j] = ‖R_j‖² − 2 R_i·R_j, so ‖R_i − R_j‖² = x[i, j] + ‖R_i‖²
+            x = shifted_cross_lowp(self.reference[chunk], self.reference, sq_norms, self.search_dtype)
+            own = class_size[chunk].max()
+            r = torch.arange(len(chunk), device=device)[:, None].expand(-1, int(own))
+            c = class_start[chunk][:, None] + torch.arange(int(own), device=device)[None, :]
+            valid = c < class_start[chunk][:, None] + class_size[chunk][:, None]
+            x[r[valid], c[valid]] = float("inf")  # same-class pairs are evaluated separately
+            row_sq = sq_norms[chunk]
+            near = x < lowp_threshold(reach2 + bound - row_sq, x.dtype)[:, None]
+            ri, ci = torch.nonzero(near, as_tuple=True)
+            a = chunk[ri]
+            once = ~in_rows[ci] | (a < ci)  # a pair of two refreshed rows is kept from its smaller index
+            firsts.append(torch.minimum(a[once], ci[once]))
+            seconds.append(torch.maximum(a[once], ci[once]))
             # lower bounds on the distances of the pairs left out, for the per-point allowance
-            d2.masked_fill_(near, float("inf"))
-            self.gap[chunk] = (d2.amin(1) - bound).clamp_min(0).sqrt()
-            self.gap = torch.minimum(self.gap, (d2.amin(0) - bound).clamp_min(0).sqrt())
+            x.masked_fill_(near, float("inf"))
+            self.gap[chunk] = (x.amin(1).float() + row_sq - bound).clamp_min(0).sqrt()
+            column_d2 = torch.add(x, row_sq.to(x.dtype)[:, None]).amin(0).float()
+            self.gap = torch.minimum(self.gap, (column_d2 - column_bound).clamp_min(0).sqrt())
         self.first, self.second = torch.cat(firsts), torch.cat(seconds)

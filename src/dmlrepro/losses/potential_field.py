@@ -24,11 +24,25 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .distances import paired_distances, pairwise_distances, squared_distances_lowp
+from .distances import lowp_rounding_bound, lowp_threshold, paired_distances, pairwise_distances, shifted_cross_lowp
 from .neighbour_list import NeighbourList
 
 PAIR_SEARCH_MODES = ("auto", "dense", "neighbour")
 DENSE_LIMIT = 4096  # "auto" evaluates every pair densely up to this many proxies
+
+
+def within(points: torch.Tensor, first: torch.Tensor, second: torch.Tensor, radius: float, chunk: int = 1 << 16):
+    """The candidate pairs that are closer than `radius` now (plus a rounding margin), without autograd.
+
+    Pairs beyond the radius add exactly the far-field constant and no gradient, so dropping them
+    keeps the energy exact while the autograd graph only spans the pairs that matter."""
+    with torch.no_grad():
+        keep = [paired_distances(points[first[s:s + chunk]], points[second[s:s + chunk]]) < radius * (1 + 1e-5)
+                for s in range(0, first.numel(), chunk)]
+    if not keep:
+        return first, second
+    keep = torch.cat(keep)
+    return first[keep], second[keep]
 
 
 class PotentialFieldLoss(nn.Module):
@@ -47,7 +61,7 @@ class PotentialFieldLoss(nn.Module):
         pair_search: "dense" (every pair), "neighbour" (near pairs only, exact), or "auto"
             (neighbour above 4096 proxies).
         skin: least distance a proxy may move before its neighbour-list row is searched again;
-            None means δ_rep / 2 (see `neighbour_list.py`).
+            None means δ_rep / 4 (see `neighbour_list.py`).
         search_dtype: precision of the no-grad near-pair searches (bfloat16; float32 on CPUs
             without fast bfloat16). Rounding is bounded, so results stay exact either way.
     """
@@ -74,7 +88,7 @@ class PotentialFieldLoss(nn.Module):
         self.register_buffer("proxy_labels", torch.arange(num_classes).repeat_interleave(proxies_per_class),
                              persistent=False)
         self.search_dtype = search_dtype
-        self._neighbours = NeighbourList(self.delta_rep, self.delta_rep / 2 if skin is None else skin,
+        self._neighbours = NeighbourList(self.delta_rep, self.delta_rep / 4 if skin is None else skin,
                                          search_dtype=search_dtype)
         self.last_terms: dict[str, torch.Tensor] = {}
 
@@ -134,8 +148,10 @@ class PotentialFieldLoss(nn.Module):
         m = self.proxies_per_class
         own = q.view(self.num_classes, m, -1)[y]  # (B, M, D): the proxies of each sample's class
         same = self.attraction(paired_distances(z[:, None, :], own)).sum()
-        d2, bound = squared_distances_lowp(z, q, self.search_dtype)
-        near = (d2 < self.delta_rep ** 2 + bound) & (y[:, None] != proxy_labels[None, :])
+        q_sq, z_sq = q.detach().pow(2).sum(-1), z.detach().pow(2).sum(-1)
+        bound = lowp_rounding_bound(float(z_sq.max().sqrt()), float(q_sq.max().sqrt()), z.shape[1], self.search_dtype)
+        x = shifted_cross_lowp(z, q, q_sq, self.search_dtype)  # + ‖z_i‖² = squared distance
+        near = (x < lowp_threshold(self.delta_rep ** 2 + bound - z_sq, x.dtype)[:, None]) & (y[:, None] != proxy_labels[None, :])
         i, a = torch.nonzero(near, as_tuple=True)
         n_far = z.shape[0] * (q.shape[0] - m)
         return same + n_far * far + (self.repulsion(paired_distances(z[i], q[a])) - far).sum()
@@ -150,6 +166,7 @@ class PotentialFieldLoss(nn.Module):
             diff = labels[:, None] != labels[None, :]
             return same + torch.where(diff, self.repulsion(pairwise_distances(q, q)), 0.0).sum()
         i, j = self._neighbours.pairs(q, self.proxy_labels.to(q.device))
+        i, j = within(q, i, j, self.delta_rep)
         n_ordered = q.shape[0] * (q.shape[0] - m)
         return same + n_ordered * far + 2.0 * (self.repulsion(paired_distances(q[i], q[j])) - far).sum()
 
