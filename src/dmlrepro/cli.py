@@ -1,0 +1,57 @@
+"""`dmlrepro COMMAND ...`: one entry point over the subpackages' own command-line front ends."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# command -> (module, function, arguments put before the user's, one-line help)
+COMMANDS = {
+    "prepare": ("dmlrepro.data.cli", "main", ["prepare"], "download, verify and prepare a dataset (NAME --root DIR)"),
+    "datasets": ("dmlrepro.data.cli", "main", ["list"], "list the datasets and whether they are prepared (--root DIR)"),
+    "fetch-weights": ("dmlrepro.models.cli", "main", [], "put pretrained backbone weights into the local cache"),
+    "train": ("dmlrepro.train.cli", "train_main", [], "train one run: RUN_CONFIG OUTDIR (resumes if interrupted)"),
+    "evaluate": ("dmlrepro.train.cli", "evaluate_main", [], "(re)compute a run's metrics: OUTDIR"),
+    "losses": ("dmlrepro.cli", "losses_main", [], "list the losses that config can name"),
+}
+
+
+def losses_main(argv: list[str]) -> int:
+    from dmlrepro.losses import BASELINES, LOSS_NAMES
+
+    for name in LOSS_NAMES:
+        spec = BASELINES.get(name)
+        source = f"pytorch-metric-learning {spec.pml_class}" if spec else "dmlrepro (written from the paper)"
+        print(f"{name:20s} {source}")
+        if spec and spec.note:
+            print(f"{'':20s}   {spec.note}")
+    return 0
+
+
+def usage() -> str:
+    lines = ["usage: dmlrepro COMMAND [ARGS ...]", "", "commands:"]
+    lines += [f"  {name:14s} {help_}" for name, (_, _, _, help_) in COMMANDS.items()]
+    lines += ["", "`dmlrepro COMMAND --help` describes a command's arguments."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"dmlrepro: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module_name, function, prefix, _ = COMMANDS[command]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        print(f"dmlrepro {command}: not available in this version ({error})", file=sys.stderr)
+        return 2
+    return int(getattr(module, function)(prefix + rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""MLRC ensemble helper (Musgrave et al. 2020; pfml.md §4.5, asap.md "512D").
+
+The "concatenated (512-dim)" result evaluates, for the same items, the L2-normalised 128-d
+embeddings of the 4 fold models concatenated and re-normalised (powerful-benchmarker's
+``ConcatenateEmbeddings`` with normalised embeddings). The "separated (128-dim)" result is the
+mean over folds of each fold's own metrics (no helper needed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .knn import l2_normalize, to_float32_matrix
+
+
+def concatenate_fold_embeddings(fold_embeddings: Sequence[Any]) -> np.ndarray:
+    """L2-normalise each fold's (N, D_f) embeddings, concatenate along features, re-normalise.
+
+    Rows must refer to the same items in the same order in every fold. Returns float32
+    (N, Σ D_f) with unit-norm rows.
+    """
+    if len(fold_embeddings) == 0:
+        raise ValueError("fold_embeddings is empty")
+    parts = [to_float32_matrix(e, f"fold {i} embeddings") for i, e in enumerate(fold_embeddings)]
+    n = parts[0].shape[0]
+    for i, p in enumerate(parts):
+        if p.shape[0] != n:
+            raise ValueError(
+                f"fold {i} has {p.shape[0]} rows but fold 0 has {n}: folds must embed the same items"
+            )
+    return l2_normalize(np.concatenate([l2_normalize(p) for p in parts], axis=1))
