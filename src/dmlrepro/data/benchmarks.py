@@ -1,0 +1,344 @@
+"""The four real benchmarks: where their files come from and how their layouts become manifests.
+
+Sources, md5s and split rules: specs/reference-implementations.md §2 and §5; counts: the papers
+(PFML §4.1, RSW §IV-A, ASAP A.2). Labels are the official class id - 1; the zero-shot split puts
+the first half of the sorted classes in ``train`` (CUB 0-99, Cars 0-97) and SOP follows
+``Ebay_train.txt`` / ``Ebay_test.txt``. In-Shop keeps the official train/query/gallery partition.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+from urllib.parse import urlparse
+
+from .archives import extract_to_temp
+from .download import download, verify_md5
+from .prepared import ARCHIVE_DIR, dataset_dir, discard_staging, finalize, is_prepared, manifest_path, new_staging, unprepare
+from .splits import standard_split
+
+
+class LayoutError(RuntimeError):
+    """The extracted files do not have the layout of the official release."""
+
+
+class MissingFileError(FileNotFoundError):
+    """A file that cannot be downloaded has not been placed where expected."""
+
+
+@dataclass(frozen=True)
+class Resource:
+    filename: str
+    md5: str | None
+    urls: tuple[str, ...] = ()
+    extract_to: str | None = "."  # folder (relative to the dataset folder) to extract into; None: copy as is
+    place_at: str | None = None  # for non-archives: relative path the file is copied to
+
+
+@dataclass(frozen=True)
+class Rows:
+    paths: list[str]
+    labels: list[int]
+    splits: list[str]
+    item_ids: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    title: str
+    resources: tuple[Resource, ...]
+    read_layout: Callable[[Path], Rows]
+    expected_counts: Mapping[str, int]
+    placement: str  # what to place where, shown in errors and docs
+
+
+# ---------------------------------------------------------------------------------- layouts
+def _need(staging: Path, rel: str, what: str, archive: str) -> Path:
+    p = staging / rel
+    if not p.exists():
+        raise LayoutError(
+            f"{archive}: expected {rel} ({what}) after extraction but it is missing; the file is not the "
+            f"official release or has a different layout. Found at the top level: "
+            f"{sorted(c.name for c in staging.iterdir())[:10]}"
+        )
+    return p
+
+
+def _split_table(path: Path, ncols: int, header: bool, archive: str) -> list[list[str]]:
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    for lineno, line in enumerate(lines[1:] if header else lines, start=2 if header else 1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) != ncols:
+            raise LayoutError(f"{archive}: {path.name}:{lineno}: {len(parts)} fields, expected {ncols}: {line!r}")
+        rows.append(parts)
+    return rows
+
+
+def read_cub(staging: Path) -> Rows:
+    """CUB_200_2011/{images.txt, image_class_labels.txt, images/} -> label = class id - 1."""
+    arch = "CUB_200_2011.tgz"
+    images = _split_table(_need(staging, "CUB_200_2011/images.txt", "image id -> path", arch), 2, False, arch)
+    cls = dict(_split_table(_need(staging, "CUB_200_2011/image_class_labels.txt", "image id -> class id", arch), 2, False, arch))
+    paths, labels = [], []
+    for img_id, rel in images:
+        if img_id not in cls:
+            raise LayoutError(f"{arch}: image id {img_id} of images.txt has no entry in image_class_labels.txt")
+        paths.append(f"CUB_200_2011/images/{rel}")
+        labels.append(int(cls[img_id]) - 1)
+    return Rows(paths, labels, standard_split(labels))
+
+
+def read_cars(staging: Path) -> Rows:
+    """cars_annos.mat (annotations.relative_im_path, .class) + car_ims/ -> label = class - 1."""
+    from scipy.io import loadmat
+
+    mat = _need(staging, "cars_annos.mat", "annotation file", "cars_annos.mat")
+    _need(staging, "car_ims", "image folder", "car_ims.tgz")
+    try:
+        ann = loadmat(str(mat), squeeze_me=True)["annotations"]
+        rel = [str(x) for x in ann["relative_im_path"].ravel()]
+        cls = [int(x) for x in ann["class"].ravel()]
+    except (KeyError, ValueError, TypeError, OSError) as e:
+        raise LayoutError(
+            f"cars_annos.mat: cannot read the 'annotations' struct with fields relative_im_path and class ({e}); "
+            "expected the original cars_annos.mat of the Stanford Cars release"
+        ) from None
+    labels = [c - 1 for c in cls]
+    return Rows(rel, labels, standard_split(labels))
+
+
+def read_sop(staging: Path) -> Rows:
+    """Stanford_Online_Products/Ebay_{train,test}.txt: image_id class_id super_class_id path."""
+    arch = "Stanford_Online_Products.zip"
+    paths, labels, splits = [], [], []
+    for split in ("train", "test"):
+        f = _need(staging, f"Stanford_Online_Products/Ebay_{split}.txt", f"{split} list", arch)
+        for _, class_id, _, rel in _split_table(f, 4, True, arch):
+            paths.append(f"Stanford_Online_Products/{rel}")
+            labels.append(int(class_id) - 1)
+            splits.append(split)
+    return Rows(paths, labels, splits)
+
+
+def read_inshop(staging: Path) -> Rows:
+    """Eval/list_eval_partition.txt (count line, header line, then image_name item_id status) + Img/img/.
+
+    Labels: training item ids sorted -> 0..T-1, then query/gallery item ids sorted -> T.. (as
+    Proxy-Anchor re-indexes the two groups separately; kept global here so classes never collide).
+    """
+    arch = "list_eval_partition.txt"
+    f = _need(staging, "Eval/list_eval_partition.txt", "partition list", arch)
+    _need(staging, "Img/img", "image folder (from img.zip)", "img.zip")
+    lines = f.read_text(encoding="utf-8").splitlines()
+    try:
+        n_declared = int(lines[0].strip())
+    except (IndexError, ValueError):
+        raise LayoutError(f"{arch}: first line must be the number of images, got {lines[:1]!r}") from None
+    header = lines[1].split() if len(lines) > 1 else []
+    if header != ["image_name", "item_id", "evaluation_status"]:
+        raise LayoutError(f"{arch}: line 2 must be the header 'image_name item_id evaluation_status', got {header}")
+    rows = _split_table(f, 3, True, arch)[1:]  # skip the count line (header=True) and the header line
+    if len(rows) != n_declared:
+        raise LayoutError(f"{arch}: declares {n_declared} images but lists {len(rows)}")
+    bad = {r[2] for r in rows} - {"train", "query", "gallery"}
+    if bad:
+        raise LayoutError(f"{arch}: unknown evaluation_status {sorted(bad)}; expected train, query or gallery")
+    train_items = sorted({r[1] for r in rows if r[2] == "train"})
+    test_items = sorted({r[1] for r in rows if r[2] != "train"})
+    overlap = set(train_items) & set(test_items)
+    if overlap:
+        raise LayoutError(f"{arch}: item ids in both train and query/gallery: {sorted(overlap)[:5]}")
+    ids = {it: i for i, it in enumerate(train_items + test_items)}
+    return Rows(
+        paths=[f"Img/{r[0]}" for r in rows],
+        labels=[ids[r[1]] for r in rows],
+        splits=[r[2] for r in rows],
+        item_ids=[r[1] for r in rows],
+    )
+
+
+# -------------------------------------------------------------------------------- registry
+CUB = Benchmark(
+    name="cub200",
+    title="CUB-200-2011",
+    resources=(
+        Resource(
+            "CUB_200_2011.tgz",
+            "97eceeb196236b17998738112f37df78",
+            ("https://data.caltech.edu/records/65de6-vp158/files/CUB_200_2011.tgz",),
+        ),
+    ),
+    read_layout=read_cub,
+    expected_counts={"images": 11788, "classes": 200, "train_images": 5864, "train_classes": 100,
+                     "test_images": 5924, "test_classes": 100},
+    placement="CUB_200_2011.tgz (downloaded automatically from data.caltech.edu)",
+)
+CARS = Benchmark(
+    name="cars196",
+    title="Cars-196",
+    resources=(
+        Resource("car_ims.tgz", "d5c8f0aa497503f355e17dc7886c3f14", ()),
+        Resource("cars_annos.mat", "b407c6086d669747186bd1d764ff9dbc", (), extract_to=None, place_at="cars_annos.mat"),
+    ),
+    read_layout=read_cars,
+    expected_counts={"images": 16185, "classes": 196, "train_images": 8054, "train_classes": 98,
+                     "test_images": 8131, "test_classes": 98},
+    placement="car_ims.tgz and cars_annos.mat (the original Stanford URLs are dead since 2023; "
+    "pass a mirror with --url, or place both files yourself)",
+)
+SOP = Benchmark(
+    name="sop",
+    title="Stanford Online Products",
+    resources=(
+        Resource(
+            "Stanford_Online_Products.zip",
+            "7f73d41a2f44250d4779881525aea32e",
+            ("ftp://cs.stanford.edu/cs/cvgl/Stanford_Online_Products.zip",),
+        ),
+    ),
+    read_layout=read_sop,
+    expected_counts={"images": 120053, "classes": 22634, "train_images": 59551, "train_classes": 11318,
+                     "test_images": 60502, "test_classes": 11316},
+    placement="Stanford_Online_Products.zip (from cvgl.stanford.edu/projects/lifted_struct)",
+)
+INSHOP = Benchmark(
+    name="inshop",
+    title="In-Shop Clothes Retrieval (DeepFashion)",
+    resources=(
+        Resource("img.zip", None, (), extract_to="Img"),
+        Resource("list_eval_partition.txt", None, (), extract_to=None, place_at="Eval/list_eval_partition.txt"),
+    ),
+    read_layout=read_inshop,
+    expected_counts={"images": 52712, "classes": 7982, "train_images": 25882, "train_classes": 3997,
+                     "query_images": 14218, "query_classes": 3985, "gallery_images": 12612,
+                     "gallery_classes": 3985},
+    placement="img.zip (In-shop 'Img/img.zip', 256x256 images) and list_eval_partition.txt (In-shop "
+    "'Eval/list_eval_partition.txt') from the DeepFashion Google Drive "
+    "(mmlab.ie.cuhk.edu.hk/projects/DeepFashion.html); no md5 is published",
+)
+BENCHMARKS = {b.name: b for b in (CUB, CARS, SOP, INSHOP)}
+
+
+# --------------------------------------------------------------------------------- prepare
+def _basename(url_or_path: str) -> str:
+    return os.path.basename(urlparse(url_or_path).path) if "://" in url_or_path else os.path.basename(url_or_path)
+
+
+def _match(bench: Benchmark, items: Iterable[str], kind: str) -> dict[str, str]:
+    """Map resource filename -> user-given URL/path (matched by file name; a lone resource takes any)."""
+    out: dict[str, str] = {}
+    names = [r.filename for r in bench.resources]
+    for item in items or ():
+        if kind == "url" and item.endswith("/"):  # a base URL holding every file
+            for n in names:
+                out.setdefault(n, item + n)
+            continue
+        if kind == "archive" and Path(item).is_dir():
+            for n in names:
+                if (Path(item) / n).is_file():
+                    out[n] = str(Path(item) / n)
+            continue
+        base = _basename(item)
+        if base in names:
+            out[base] = item
+        elif len(names) == 1:
+            out[names[0]] = item
+        else:
+            raise ValueError(f"{kind} {item!r} does not name one of {names}; for {bench.name} give one per file")
+    return out
+
+
+def _placement_help(bench: Benchmark, ds_dir: Path) -> str:
+    files = ", ".join(r.filename for r in bench.resources)
+    return (
+        f"Place {files} in {ds_dir / ARCHIVE_DIR}/ (or pass their paths with --archive, or a URL with --url), "
+        f"then run: python -m dmlrepro.data.cli prepare {bench.name} --root {ds_dir.parent}. Files: {bench.placement}."
+    )
+
+
+def locate_resources(
+    bench: Benchmark,
+    ds_dir: Path,
+    urls: Sequence[str] | None = None,
+    archives: Sequence[str] | None = None,
+    md5: Mapping[str, str | None] | None = None,
+    progress: bool = True,
+) -> dict[str, Path]:
+    """Find, download if needed and md5-verify every resource; returns filename -> local path."""
+    user_urls = _match(bench, urls or (), "url")
+    user_files = _match(bench, archives or (), "archive")
+    md5 = dict(md5 or {})
+    found: dict[str, Path] = {}
+    for res in bench.resources:
+        expected = md5.get(res.filename, res.md5)
+        default_place = ds_dir / ARCHIVE_DIR / res.filename
+        hint = f"Replace it with a good copy of {res.filename}. "
+        if res.filename in user_files:
+            path = Path(user_files[res.filename])
+            if not path.is_file():
+                raise MissingFileError(f"{path}: file given with --archive does not exist. {_placement_help(bench, ds_dir)}")
+            verify_md5(path, expected, hint=hint, progress=progress)
+        elif default_place.is_file():
+            path = default_place
+            verify_md5(path, expected, hint=hint + "Delete it to download it again.", progress=progress)
+        else:
+            url_list = [user_urls[res.filename]] if res.filename in user_urls else list(res.urls)
+            if not url_list:
+                raise MissingFileError(f"{default_place}: not found, and {res.filename} has no working download URL. "
+                                       + _placement_help(bench, ds_dir))
+            path = download(url_list[0], default_place, expected, progress=progress)
+        found[res.filename] = path
+    return found
+
+
+def prepare_benchmark(
+    bench: Benchmark,
+    root: str | os.PathLike,
+    *,
+    urls: Sequence[str] | None = None,
+    archives: Sequence[str] | None = None,
+    md5: Mapping[str, str | None] | None = None,
+    strict_counts: bool = True,
+    force: bool = False,
+    progress: bool = True,
+) -> Path:
+    """Download/locate -> verify md5 -> extract to staging -> read layout -> check counts -> install.
+
+    ``md5`` overrides the expected md5 per file name (None skips the check); the official md5s
+    are the defaults. Returns the manifest path.
+    """
+    ds_dir = dataset_dir(root, bench.name)
+    if is_prepared(root, bench.name) and not force:
+        return manifest_path(root, bench.name)
+    unprepare(ds_dir)
+    files = locate_resources(bench, ds_dir, urls, archives, md5, progress)
+    staging = new_staging(ds_dir)
+    try:
+        for res in bench.resources:
+            src = files[res.filename]
+            if res.extract_to is None:
+                dst = staging / (res.place_at or res.filename)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+                continue
+            tmp = extract_to_temp(src, staging, progress=progress)
+            dst_dir = staging / res.extract_to
+            dst_dir.mkdir(parents=True, exist_ok=True)
+            for child in tmp.iterdir():
+                os.replace(child, dst_dir / child.name)
+            tmp.rmdir()
+        rows = bench.read_layout(staging)
+    except BaseException:
+        discard_staging(staging)
+        raise
+    info = {"dataset": bench.name, "files": {k: str(v) for k, v in files.items()}, "strict_counts": strict_counts}
+    return finalize(ds_dir, staging, rows.paths, rows.labels, rows.splits, rows.item_ids,
+                    expected_counts=dict(bench.expected_counts), strict_counts=strict_counts, info=info)

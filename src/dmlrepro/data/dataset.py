@@ -1,0 +1,97 @@
+"""``ManifestDataset``: a torch Dataset over (a subset of) a manifest.
+
+``__getitem__(i)`` returns ``(image, label, i)``: the image as a uint8 tensor (3, H, W) passed
+through ``transform``, the int label (optionally replaced from a noisy-label file), and ``i``, the
+position in this dataset (what samplers and embedding writers index by). Decoding uses
+``torchvision.io.decode_image`` and falls back to PIL for formats it cannot read. Only paths,
+labels and the transform are stored, so the object pickles cheaply into DataLoader workers.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from .label_noise import read_noisy_labels
+from .manifest import Manifest, ManifestError, read_manifest
+
+# torchvision 0.29 deprecates its image codecs in favour of torchcodec (not a dependency here);
+# they still work, so only that message is silenced, around the call. PIL stays the fallback.
+_TV_DEPRECATION = "The image decoding and encoding capabilities of TorchVision"
+
+
+def load_image(path: str | os.PathLike) -> torch.Tensor:
+    """Decode an image file to a uint8 RGB tensor (3, H, W)."""
+    from torchvision.io import ImageReadMode, decode_image
+
+    with open(path, "rb") as fh:
+        data = fh.read()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_TV_DEPRECATION, category=DeprecationWarning)
+            return decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
+    except (RuntimeError, ValueError):
+        from PIL import Image
+
+        try:
+            with Image.open(path) as im:
+                a = np.asarray(im.convert("RGB"))
+        except (OSError, ValueError) as e:
+            raise OSError(f"{path}: cannot decode image ({e})") from None
+        return torch.from_numpy(a.copy()).permute(2, 0, 1).contiguous()
+
+
+class ManifestDataset(Dataset):
+    """Images of a manifest, optionally restricted to a split name or to explicit row indices.
+
+    Args:
+        manifest: a ``Manifest``, a manifest CSV path or a dataset folder.
+        split: a split name (``train``/``test``/``query``/``gallery``) or None for all rows.
+        indices: explicit manifest row indices (e.g. from ``splits.split_indices``); overrides ``split``.
+        transform: callable applied to the uint8 image tensor.
+        label_override: path of a noisy-label file (``label_noise.write_noisy_labels``); rows
+            listed there get their ``noisy_label``; the true labels stay in ``true_labels``.
+    """
+
+    def __init__(
+        self,
+        manifest: Manifest | str | os.PathLike,
+        split: str | None = None,
+        indices: Sequence[int] | None = None,
+        transform: Callable | None = None,
+        label_override: str | os.PathLike | None = None,
+    ):
+        m = manifest if isinstance(manifest, Manifest) else read_manifest(manifest)
+        if indices is not None:
+            rows = np.asarray(indices, dtype=np.int64)
+        elif split is not None:
+            rows = m.indices(split)
+            if not len(rows):
+                raise ManifestError(f"{m.source}: no rows with split {split!r}")
+        else:
+            rows = np.arange(len(m))
+        self.root = str(m.root)
+        self.rows = rows
+        self.paths = [m.paths[i] for i in rows]
+        self.true_labels = m.labels[rows].copy()
+        self.labels = self.true_labels.copy()
+        if label_override is not None:
+            noisy = read_noisy_labels(label_override)
+            for j, p in enumerate(self.paths):
+                if p in noisy:
+                    self.labels[j] = noisy[p]
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int):
+        img = load_image(os.path.join(self.root, self.paths[i]))
+        if self.transform is not None:
+            img = self.transform(img)
+        return img, int(self.labels[i]), int(i)

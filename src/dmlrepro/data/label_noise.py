@@ -1,0 +1,87 @@
+"""Static symmetric label noise for PFML Table 2 (pfml.md §4.3).
+
+``round(rate * n)`` training samples, chosen uniformly without replacement, get a new label drawn
+uniformly from the *other* training classes (``mode="other"``, the spec's reading) or from all
+training classes (``mode="any"``, switch ``noise_allow_same_label``). The draw depends only on the
+training rows of the manifest (in file order), ``seed``, ``rate`` and ``mode`` — so every method
+at a given seed sees the same corrupted file.
+
+File format (CSV, one row per training image, manifest order): ``path,label,noisy_label``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from pathlib import Path
+from typing import Literal, Sequence
+
+import numpy as np
+
+from ._atomic import atomic_write_text
+from .manifest import Manifest, ManifestError, read_manifest
+
+
+def corrupt_labels(labels: Sequence[int], seed: int, rate: float = 0.2, mode: Literal["other", "any"] = "other") -> np.ndarray:
+    """Return a copy of ``labels`` with ``round(rate * n)`` entries replaced (see module doc)."""
+    labels = np.asarray(labels, dtype=np.int64)
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"label noise rate {rate} outside [0, 1]")
+    if mode not in ("other", "any"):
+        raise ValueError(f"label noise mode {mode!r}, expected 'other' or 'any'")
+    classes = np.unique(labels)
+    if mode == "other" and len(classes) < 2:
+        raise ValueError("label noise mode 'other' needs at least 2 training classes")
+    n = len(labels)
+    k = int(round(rate * n))
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x6E6F697365]))  # "noise"
+    chosen = np.sort(rng.choice(n, size=k, replace=False))
+    noisy = labels.copy()
+    if mode == "any":
+        noisy[chosen] = classes[rng.integers(0, len(classes), size=k)]
+    else:
+        # Uniform over the other C-1 classes: draw a position in [0, C-1) and skip the true class.
+        pos = np.searchsorted(classes, labels[chosen])
+        draw = rng.integers(0, len(classes) - 1, size=k)
+        noisy[chosen] = classes[draw + (draw >= pos)]
+    return noisy
+
+
+def write_noisy_labels(
+    manifest: Manifest | str | os.PathLike,
+    out: str | os.PathLike,
+    seed: int,
+    rate: float = 0.2,
+    mode: Literal["other", "any"] = "other",
+    split: str = "train",
+) -> Path:
+    """Write the corrupted-label file for the ``split`` rows of a manifest (atomically)."""
+    m = manifest if isinstance(manifest, Manifest) else read_manifest(manifest)
+    idx = m.indices(split)
+    if not len(idx):
+        raise ManifestError(f"{m.source}: no rows with split {split!r} to corrupt")
+    labels = m.labels[idx]
+    noisy = corrupt_labels(labels, seed, rate, mode)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["path", "label", "noisy_label"])
+    for i, lab, nl in zip(idx, labels, noisy):
+        w.writerow([m.paths[i], int(lab), int(nl)])
+    atomic_write_text(out, buf.getvalue())
+    return Path(out)
+
+
+def read_noisy_labels(path: str | os.PathLike) -> dict[str, int]:
+    """Map image path -> noisy label from a file written by ``write_noisy_labels``."""
+    path = Path(path)
+    if not path.is_file():
+        raise ManifestError(f"{path}: noisy-label file not found")
+    with open(path, newline="", encoding="utf-8") as fh:
+        r = csv.DictReader(fh)
+        if r.fieldnames is None or not {"path", "noisy_label"} <= set(r.fieldnames):
+            raise ManifestError(f"{path}: header {r.fieldnames}, expected path,label,noisy_label")
+        try:
+            return {row["path"]: int(row["noisy_label"]) for row in r}
+        except ValueError as e:
+            raise ManifestError(f"{path}: non-integer noisy_label ({e})") from None

@@ -1,0 +1,105 @@
+"""Life cycle of a prepared dataset folder ``<root>/<name>/``.
+
+A dataset is built in a hidden staging folder ``<root>/<name>/.staging-*``, validated there
+(layout, counts), then its top-level entries are renamed into ``<root>/<name>/`` and the manifest
+is written atomically, last. ``manifest.csv`` existing therefore means "completely prepared";
+anything else in the folder without a manifest is leftover work that the next run replaces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from ._atomic import atomic_write_text, remove_path
+from .manifest import MANIFEST_NAME, Manifest, check_counts, read_manifest, write_manifest
+
+INFO_NAME = "prepare_info.json"
+ARCHIVE_DIR = "archives"  # downloaded or user-placed archives, kept across runs
+
+
+def dataset_dir(root: str | os.PathLike, name: str) -> Path:
+    return Path(root) / name
+
+
+def manifest_path(root: str | os.PathLike, name: str) -> Path:
+    return dataset_dir(root, name) / MANIFEST_NAME
+
+
+def is_prepared(root: str | os.PathLike, name: str) -> bool:
+    return manifest_path(root, name).is_file()
+
+
+def unprepare(ds_dir: Path) -> None:
+    """Remove the completion marker first, then our info file and leftover staging folders.
+
+    Extracted folders of an earlier run are replaced entry by entry by ``finalize``; files the
+    user put into the folder (e.g. archives) are never deleted here.
+    """
+    remove_path(ds_dir / MANIFEST_NAME)
+    remove_path(ds_dir / INFO_NAME)
+    if ds_dir.is_dir():
+        for child in ds_dir.iterdir():
+            if child.name.startswith(".staging-"):
+                remove_path(child)
+
+
+def new_staging(ds_dir: Path) -> Path:
+    ds_dir.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=".staging-", dir=ds_dir))
+
+
+def discard_staging(staging: Path) -> None:
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def finalize(
+    ds_dir: Path,
+    staging: Path,
+    paths: Sequence[str],
+    labels: Sequence[int],
+    splits: Sequence[str],
+    item_ids: Sequence[str] | None = None,
+    *,
+    expected_counts: dict[str, int] | None = None,
+    strict_counts: bool = True,
+    info: dict | None = None,
+) -> Path:
+    """Validate the staged dataset, move it into ``ds_dir`` and write the manifest last.
+
+    Checks that every listed image exists and, with ``strict_counts``, that the counts equal
+    ``expected_counts``. On failure nothing is moved and the staging folder is removed.
+    """
+    try:
+        for p in paths:
+            if not (staging / p).is_file():
+                raise FileNotFoundError(
+                    f"{ds_dir.name}: image {p!r} is listed by the dataset's index files but missing from "
+                    "the extracted archive; the archive is incomplete or a different version. "
+                    "Delete it and download it again."
+                )
+        # Validate by writing the manifest inside the staging folder, then reading it back.
+        staged_manifest = write_manifest(staging / MANIFEST_NAME, paths, labels, splits, item_ids)
+        manifest = read_manifest(staged_manifest)
+        if strict_counts and expected_counts:
+            check_counts(manifest, expected_counts, what=f"dataset {ds_dir.name!r} in {ds_dir}")
+        counts = manifest.counts()
+        for child in staging.iterdir():
+            if child.name == MANIFEST_NAME:
+                continue
+            target = ds_dir / child.name
+            remove_path(target)  # leftover of an interrupted earlier run (no manifest)
+            os.replace(child, target)
+        atomic_write_text(ds_dir / INFO_NAME, json.dumps({**(info or {}), "counts": counts}, indent=2, sort_keys=True) + "\n")
+        os.replace(staged_manifest, ds_dir / MANIFEST_NAME)  # the completion marker, last
+    finally:
+        discard_staging(staging)
+    return ds_dir / MANIFEST_NAME
+
+
+def load_prepared(root: str | os.PathLike, name: str) -> Manifest:
+    return read_manifest(manifest_path(root, name))

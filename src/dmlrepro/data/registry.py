@@ -1,0 +1,79 @@
+"""Registry of datasets by the names used in config, and one ``prepare`` entry point.
+
+=========  =====================================  ==========================================
+name       dataset                                source
+=========  =====================================  ==========================================
+cub200     CUB-200-2011                           downloaded (data.caltech.edu), md5 checked
+cars196    Cars-196                               user URL or user-placed files, md5 checked
+sop        Stanford Online Products               downloaded (Stanford FTP) or placed, md5
+inshop     In-Shop Clothes Retrieval              user-placed files (no md5 published)
+synthetic  generated fine-grained shapes          generated from a seed, no network
+digits     scikit-learn handwritten digits        shipped with scikit-learn, no network
+=========  =====================================  ==========================================
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from .benchmarks import BENCHMARKS, prepare_benchmark
+from .digits import prepare_digits
+from .manifest import Manifest
+from .prepared import is_prepared, load_prepared, manifest_path
+from .synthetic import prepare_synthetic
+
+EMBEDDED = ("synthetic", "digits")
+DATASETS = tuple(BENCHMARKS) + EMBEDDED
+
+
+def describe(name: str) -> str:
+    if name in BENCHMARKS:
+        b = BENCHMARKS[name]
+        return f"{b.title}: {b.placement}"
+    return {"synthetic": "generated fine-grained shapes (seeded, no network)",
+            "digits": "scikit-learn handwritten digits, upsampled (no network)"}[name]
+
+
+def prepare(
+    name: str,
+    root: str | os.PathLike,
+    *,
+    urls: Sequence[str] | None = None,
+    archives: Sequence[str] | None = None,
+    md5: Mapping[str, str | None] | None = None,
+    strict_counts: bool = True,
+    force: bool = False,
+    progress: bool = True,
+    **params,
+) -> Path:
+    """Prepare dataset ``name`` under ``<root>/<name>/`` and return its manifest path.
+
+    Benchmarks: ``urls`` / ``archives`` override where files come from, ``md5`` overrides the
+    expected md5 per file name (None: skip), ``strict_counts`` asserts the papers' counts.
+    ``synthetic``: ``seed``, ``num_classes``, ``images_per_class``, ``size``, ``modes``,
+    ``family_size``. ``digits``: ``size``. An already prepared dataset is reused unless ``force``.
+    """
+    if name in BENCHMARKS:
+        if params:
+            raise TypeError(f"dataset {name!r} takes no parameters {sorted(params)}")
+        return prepare_benchmark(BENCHMARKS[name], root, urls=urls, archives=archives, md5=md5,
+                                 strict_counts=strict_counts, force=force, progress=progress)
+    if urls or archives or md5:
+        raise TypeError(f"dataset {name!r} is embedded; it takes no urls, archives or md5")
+    if name == "synthetic":
+        return prepare_synthetic(root, force=force, progress=progress, **params)
+    if name == "digits":
+        return prepare_digits(root, force=force, progress=progress, strict_counts=strict_counts, **params)
+    raise KeyError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
+
+
+def load(name: str, root: str | os.PathLike) -> Manifest:
+    """The manifest of a prepared dataset (raises ManifestError naming the file if not prepared)."""
+    if name not in DATASETS:
+        raise KeyError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
+    return load_prepared(root, name)
+
+
+__all__ = ["DATASETS", "EMBEDDED", "describe", "prepare", "load", "is_prepared", "manifest_path"]

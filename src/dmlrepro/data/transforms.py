@@ -1,0 +1,100 @@
+"""Image transforms: train RandomResizedCrop + flip, eval resize + center crop, normalisations.
+
+* ResNet / timm backbones: ImageNet mean/std on [0, 1] RGB (reference-implementations.md §2, §1).
+* BN-Inception (Caffe weights): RGB -> BGR, 0-255 scale, mean [104, 117, 128] (BGR order), std 1
+  (Proxy-Anchor ``dataset/utils.py``; reference-implementations.md §2 "Transforms").
+* MLRC / ASAP: train ``Resize(256) -> RandomResizedCrop(227, scale=(0.16, 1))``, eval
+  ``Resize(256) -> CenterCrop(227)`` (asap.md §2.2): ``build_transform(..., size=227,
+  train_resize=256, scale=(0.16, 1.0))``.
+* RSW / PFML / Proxy-Anchor: train ``RandomResizedCrop(224)`` on the original image + flip, eval
+  ``Resize(256) -> CenterCrop(224)``; ``resize_mode="square"`` gives the paper's "scaled to
+  256x256" reading (rsw.md §3.2).
+
+Inputs are uint8 image tensors (C, H, W) as returned by ``ManifestDataset`` (PIL images work
+too); outputs are float32 tensors (3, size, size).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Literal, Sequence
+
+import torch
+from torchvision.transforms import v2
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+BNINCEPTION_MEAN_BGR = (104.0, 117.0, 128.0)
+
+Normalization = Literal["imagenet", "bninception", "none"]
+
+
+class BNInceptionNormalize(torch.nn.Module):
+    """uint8/float RGB in 0-255 -> float32 BGR minus [104, 117, 128] (std 1)."""
+
+    def forward(self, img: torch.Tensor) -> torch.Tensor:
+        x = img.to(torch.float32) if img.dtype == torch.uint8 else img.to(torch.float32)
+        x = x.flip(-3)  # RGB -> BGR
+        mean = torch.tensor(BNINCEPTION_MEAN_BGR, dtype=torch.float32).view(3, 1, 1)
+        return x - mean
+
+
+def normalize_transform(normalization: Normalization = "imagenet") -> Callable:
+    """uint8 image tensor -> normalised float32 tensor."""
+    if normalization == "imagenet":
+        return v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    if normalization == "bninception":
+        return BNInceptionNormalize()
+    if normalization == "none":
+        return v2.ToDtype(torch.float32, scale=True)
+    raise ValueError(f"normalization {normalization!r}, expected 'imagenet', 'bninception' or 'none'")
+
+
+def default_resize(size: int) -> int:
+    """256 for the usual 224/227 crops, else the same 256/224 ratio (e.g. 32 -> 37)."""
+    return 256 if 224 <= size <= 256 else int(round(size * 256 / 224))
+
+
+def build_transform(
+    train: bool,
+    size: int = 224,
+    *,
+    resize: int | None = None,
+    resize_mode: Literal["short", "square"] = "short",
+    normalization: Normalization = "imagenet",
+    scale: Sequence[float] = (0.08, 1.0),
+    ratio: Sequence[float] = (3 / 4, 4 / 3),
+    train_resize: int | None = None,
+    train_crop: Literal["rrc", "random"] = "rrc",
+    hflip: float = 0.5,
+    corruption: Callable | None = None,
+) -> v2.Compose:
+    """Train: [Resize(train_resize)] -> RandomResizedCrop(size, scale, ratio) -> flip; with
+    ``train_crop="random"`` (RSW paper's reading): Resize(train_resize or the eval resize) ->
+    RandomCrop(size) -> flip.
+    Eval: Resize(resize; shorter side, or square) -> CenterCrop(size) -> [corruption].
+    Both end with the chosen normalisation.
+    """
+    if resize_mode not in ("short", "square"):
+        raise ValueError(f"resize_mode {resize_mode!r}, expected 'short' or 'square'")
+    if train_crop not in ("rrc", "random"):
+        raise ValueError(f"train_crop {train_crop!r}, expected 'rrc' or 'random'")
+
+    def _resize(r: int):
+        return v2.Resize(r if resize_mode == "short" else (r, r), antialias=True)
+
+    ops: list = [v2.ToImage()]  # PIL -> tensor; tensors pass through
+    if train:
+        if train_crop == "random":
+            ops += [_resize(train_resize or (default_resize(size) if resize is None else resize)), v2.RandomCrop(size)]
+        else:
+            if train_resize is not None:
+                ops.append(_resize(train_resize))
+            ops.append(v2.RandomResizedCrop(size, scale=tuple(scale), ratio=tuple(ratio), antialias=True))
+        if hflip > 0:
+            ops.append(v2.RandomHorizontalFlip(hflip))
+    else:
+        ops += [_resize(default_resize(size) if resize is None else resize), v2.CenterCrop(size)]
+    if corruption is not None:
+        ops.append(corruption)
+    ops.append(normalize_transform(normalization))
+    return v2.Compose(ops)
