@@ -122,3 +122,27 @@ def test_low_precision_search_error_is_within_its_bound(scale):
     assert error > bound / 50  # the bound is not vacuous
     t = torch.tensor([0.3, 1.7, 123.4])
     assert (lowp_threshold(t, torch.bfloat16).double() >= t.double()).all()
+
+
+@pytest.mark.parametrize("sparse_block", ["DENSE_PROXY_PAIRS", "DENSE_SAMPLE_PROXY_PAIRS"])
+def test_auto_mode_mixing_dense_and_near_blocks_is_exact(monkeypatch, sparse_block):
+    from dmlrepro.losses import potential_field
+
+    monkeypatch.setattr(potential_field, sparse_block, 0)  # this block evaluated from near pairs only
+    torch.manual_seed(3)
+    z = torch.nn.functional.normalize(torch.randn(16, 5, dtype=torch.float64), dim=1)
+    y = torch.randint(0, 20, (16,))
+    values, grads = [], []
+    for mode in ("auto", "dense"):
+        torch.manual_seed(4)
+        loss = PFMLLoss(20, 5, 3, delta=0.6, pair_search=mode).double()
+        with torch.no_grad():
+            loss.proxies.mul_(3.0)
+        zr = z.clone().requires_grad_()
+        value = loss(zr, y)
+        value.backward()
+        values.append(value.item())
+        grads.append((zr.grad, loss.proxies.grad))
+    assert values[0] == pytest.approx(values[1], rel=1e-12)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)

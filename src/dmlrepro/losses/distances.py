@@ -22,6 +22,13 @@ def pairwise_distances(a: torch.Tensor, b: torch.Tensor, eps2: float = EPS2) -> 
     return d2.clamp_min(eps2).sqrt()
 
 
+def self_distances(x: torch.Tensor, eps2: float = EPS2) -> torch.Tensor:
+    """(..., P, D) -> (..., P, P) distances within a set, from one Gram matrix (norms on its diagonal)."""
+    gram = x @ x.transpose(-1, -2)
+    sq = gram.diagonal(dim1=-2, dim2=-1)
+    return (sq.unsqueeze(-1) + sq.unsqueeze(-2) - 2.0 * gram).clamp_min(eps2).sqrt()
+
+
 def paired_distances(a: torch.Tensor, b: torch.Tensor, eps2: float = EPS2) -> torch.Tensor:
     """Row-wise ‖a_i − b_i‖ for equally shaped (..., D) tensors (difference form: no cancellation)."""
     diff = a - b

@@ -48,9 +48,9 @@ class NeighbourList:
             rows = torch.arange(n, device=points.device)
             self.stats["rebuilds"] += 1
         else:
-            moved2 = (points.float() - self.reference).pow(2).sum(-1)
+            moved = torch.linalg.vector_norm(points.float() - self.reference, dim=-1)
             allowance = ((self.gap - self.radius) / 2).clamp_min(self.skin) * (1 - 1e-4)
-            rows = torch.nonzero(moved2 > allowance * allowance).flatten()
+            rows = torch.nonzero(moved > allowance).flatten()
         if rows.numel():
             self._refresh(points.float(), labels, rows)
         self.stats["rows_refreshed"] = int(rows.numel())
@@ -65,7 +65,7 @@ class NeighbourList:
         keep = ~(in_rows[self.first] | in_rows[self.second])
         firsts, seconds = [self.first[keep]], [self.second[keep]]
         self.gap[rows] = float("inf")
-        sq_norms = self.reference.pow(2).sum(-1)
+        sq_norms = torch.linalg.vector_norm(self.reference, dim=-1).square()
         max_norm = float(sq_norms.max().sqrt())
         u = torch.finfo(self.search_dtype).eps / 2
         bound = lowp_rounding_bound(max_norm, max_norm, points.shape[1], self.search_dtype)

@@ -24,11 +24,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .distances import lowp_rounding_bound, lowp_threshold, paired_distances, pairwise_distances, shifted_cross_lowp
+from .distances import (lowp_rounding_bound, lowp_threshold, paired_distances, pairwise_distances, self_distances,
+                        shifted_cross_lowp)
 from .neighbour_list import NeighbourList
 
 PAIR_SEARCH_MODES = ("auto", "dense", "neighbour")
-DENSE_LIMIT = 4096  # "auto" evaluates every pair densely up to this many proxies
+# "auto" evaluates a block densely up to this many pairs (measured on 2 CPU cores, benchmarks/bench_losses.py)
+DENSE_PROXY_PAIRS = 2**18
+DENSE_SAMPLE_PROXY_PAIRS = 2**20
 
 
 def within(points: torch.Tensor, first: torch.Tensor, second: torch.Tensor, radius: float, chunk: int = 1 << 16):
@@ -59,7 +62,7 @@ class PotentialFieldLoss(nn.Module):
         proxy_init: "normal" (i.i.d. Gaussian, std `proxy_init_std`, default √(2/N)) or
             "unit_sphere" (the Gaussian draw normalised once).
         pair_search: "dense" (every pair), "neighbour" (near pairs only, exact), or "auto"
-            (neighbour above 4096 proxies).
+            (near pairs only in blocks of more than 2^18 proxy pairs or 2^20 sample–proxy pairs).
         skin: least distance a proxy may move before its neighbour-list row is searched again;
             None means δ_rep / 4 (see `neighbour_list.py`).
         search_dtype: precision of the no-grad near-pair searches (bfloat16; float32 on CPUs
@@ -108,9 +111,9 @@ class PotentialFieldLoss(nn.Module):
     def repulsion(self, d: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def _use_neighbours(self) -> bool:
+    def _sparse(self, pairs: int, dense_limit: int) -> bool:
         if self.pair_search == "auto":
-            return self.proxies.shape[0] > DENSE_LIMIT
+            return pairs > dense_limit
         return self.pair_search == "neighbour"
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -124,10 +127,20 @@ class PotentialFieldLoss(nn.Module):
             if self.normalize_proxies:
                 q = F.normalize(q, dim=-1)
             far = self.repulsion(torch.tensor(self.delta_rep, dtype=dtype, device=z.device))
-            sparse = self._use_neighbours()
             u_zz = self._sample_sample(z, y)
-            u_zp = self._sample_proxy(z, y, q, far, sparse) if q.shape[0] else z.new_zeros(())
-            u_pp = self._proxy_proxy(q, far, sparse) if q.shape[0] else z.new_zeros(())
+            u_zp, u_pp = z.new_zeros(()), z.new_zeros(())
+            if q.shape[0]:
+                u_pp = self._same_class_proxies(q)
+                sparse_zp = self._sparse(len(z) * q.shape[0], DENSE_SAMPLE_PROXY_PAIRS)
+                sparse_pp = self._sparse(q.shape[0] ** 2, DENSE_PROXY_PAIRS)
+                if not sparse_zp:
+                    u_zp = self._pair_potential(pairwise_distances(z, q), y[:, None] == self.proxy_labels[None, :]).sum()
+                if not sparse_pp:
+                    diff = self.proxy_labels[:, None] != self.proxy_labels[None, :]
+                    u_pp = u_pp + torch.where(diff, self.repulsion(self_distances(q)), 0.0).sum()
+                if sparse_zp or sparse_pp:
+                    zp, pp = self._near_terms(z, y, q, far, sparse_zp, sparse_pp)
+                    u_zp, u_pp = u_zp + zp, u_pp + pp
             energy = u_zz + 2.0 * u_zp + u_pp  # eq. (6): each sample–proxy pair appears in both fields
             self.last_terms = {"U_zz": u_zz.detach(), "U_zp": u_zp.detach(), "U_pp": u_pp.detach()}
             if self.reduction == "mean":
@@ -138,37 +151,51 @@ class PotentialFieldLoss(nn.Module):
         return torch.where(same, self.attraction(d), self.repulsion(d))
 
     def _sample_sample(self, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        phi = self._pair_potential(pairwise_distances(z, z), y[:, None] == y[None, :])
+        phi = self._pair_potential(self_distances(z), y[:, None] == y[None, :])
         return phi.masked_fill(torch.eye(len(z), dtype=torch.bool, device=z.device), 0.0).sum()
 
-    def _sample_proxy(self, z, y, q, far, sparse: bool) -> torch.Tensor:
-        proxy_labels = self.proxy_labels.to(z.device)
-        if not sparse:
-            return self._pair_potential(pairwise_distances(z, q), y[:, None] == proxy_labels[None, :]).sum()
+    def _same_class_proxies(self, q: torch.Tensor) -> torch.Tensor:
+        """Σ ψ_att over ordered pairs of distinct proxies of one class (the same-class part of U_pp)."""
         m = self.proxies_per_class
-        own = q.view(self.num_classes, m, -1)[y]  # (B, M, D): the proxies of each sample's class
-        same = self.attraction(paired_distances(z[:, None, :], own)).sum()
-        q_sq, z_sq = q.detach().pow(2).sum(-1), z.detach().pow(2).sum(-1)
-        bound = lowp_rounding_bound(float(z_sq.max().sqrt()), float(q_sq.max().sqrt()), z.shape[1], self.search_dtype)
-        x = shifted_cross_lowp(z, q, q_sq, self.search_dtype)  # + ‖z_i‖² = squared distance
-        near = (x < lowp_threshold(self.delta_rep ** 2 + bound - z_sq, x.dtype)[:, None]) & (y[:, None] != proxy_labels[None, :])
-        i, a = torch.nonzero(near, as_tuple=True)
-        n_far = z.shape[0] * (q.shape[0] - m)
-        return same + n_far * far + (self.repulsion(paired_distances(z[i], q[a])) - far).sum()
-
-    def _proxy_proxy(self, q, far, sparse: bool) -> torch.Tensor:
-        n, m = self.num_classes, self.proxies_per_class
-        per_class = q.view(n, m, -1)
+        per_class = q.view(self.num_classes, m, -1)
+        if m <= 3:  # few pairs per class: differences are cheaper than N tiny Gram matrices
+            k, l = torch.triu_indices(m, m, 1, device=q.device)
+            return 2.0 * self.attraction(paired_distances(per_class[:, k], per_class[:, l])).sum()
         off_diagonal = ~torch.eye(m, dtype=torch.bool, device=q.device)
-        same = self.attraction(pairwise_distances(per_class, per_class))[:, off_diagonal].sum()
-        if not sparse:
-            labels = self.proxy_labels.to(q.device)
-            diff = labels[:, None] != labels[None, :]
-            return same + torch.where(diff, self.repulsion(pairwise_distances(q, q)), 0.0).sum()
-        i, j = self._neighbours.pairs(q, self.proxy_labels.to(q.device))
-        i, j = within(q, i, j, self.delta_rep)
-        n_ordered = q.shape[0] * (q.shape[0] - m)
-        return same + n_ordered * far + 2.0 * (self.repulsion(paired_distances(q[i], q[j])) - far).sum()
+        return self.attraction(self_distances(per_class)[:, off_diagonal]).sum()
+
+    def _near_terms(self, z, y, q, far, sparse_zp: bool, sparse_pp: bool):
+        """U_zp and the different-class part of U_pp from the near pairs only (module docstring).
+
+        The pairs are found without autograd; the proxies they involve are gathered in one
+        index_select so that backward scatters into a single (N·M, D) gradient buffer."""
+        m, labels = self.proxies_per_class, self.proxy_labels
+        empty = torch.empty(0, dtype=torch.long, device=q.device)
+        own = i = a = first = second = empty
+        if sparse_zp:
+            own = (y[:, None] * m + torch.arange(m, device=q.device)).flatten()  # each sample's class proxies
+            with torch.no_grad():
+                q_sq, z_sq = torch.linalg.vector_norm(q, dim=-1).square(), torch.linalg.vector_norm(z, dim=-1).square()
+                bound = lowp_rounding_bound(float(z_sq.max().sqrt()), float(q_sq.max().sqrt()), z.shape[1],
+                                            self.search_dtype)
+                x = shifted_cross_lowp(z, q, q_sq, self.search_dtype)  # + ‖z_i‖² = squared distance
+                near = x < lowp_threshold(self.delta_rep ** 2 + bound - z_sq, x.dtype)[:, None]
+                near &= y[:, None] != labels[None, :]
+                i, a = torch.nonzero(near, as_tuple=True)
+        if sparse_pp:
+            first, second = self._neighbours.pairs(q, labels)
+            first, second = within(q, first, second, self.delta_rep)
+        rows = q.index_select(0, torch.cat([own, a, first, second]))
+        own_rows, a_rows, first_rows, second_rows = rows.split([len(own), len(a), len(first), len(second)])
+        zp = pp = z.new_zeros(())
+        if sparse_zp:
+            same = self.attraction(paired_distances(z.repeat_interleave(m, dim=0), own_rows)).sum()
+            n_far = z.shape[0] * (q.shape[0] - m)
+            zp = same + n_far * far + (self.repulsion(paired_distances(z[i], a_rows)) - far).sum()
+        if sparse_pp:
+            n_ordered = q.shape[0] * (q.shape[0] - m)
+            pp = n_ordered * far + 2.0 * (self.repulsion(paired_distances(first_rows, second_rows)) - far).sum()
+        return zp, pp
 
     def neighbour_stats(self) -> dict[str, int]:
         """Rows refreshed and pairs held by the proxy–proxy neighbour list at the last forward."""
