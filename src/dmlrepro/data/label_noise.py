@@ -19,7 +19,7 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from ._atomic import atomic_write_text
+from ..atomic import atomic_write_text
 from .manifest import Manifest, ManifestError, read_manifest
 
 

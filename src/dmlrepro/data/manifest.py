@@ -27,7 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ._atomic import atomic_write_text
+from ..atomic import atomic_write_text
 
 MANIFEST_NAME = "manifest.csv"
 REQUIRED_COLUMNS = ("path", "label", "split")

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from ._atomic import atomic_write_text, remove_path
+from ..atomic import atomic_write_text, remove_path
 from .manifest import MANIFEST_NAME, Manifest, check_counts, read_manifest, write_manifest
 
 INFO_NAME = "prepare_info.json"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from ..atomic import atomic_open, write_json_atomic  # noqa: F401  (write_json_atomic is re-exported)
 from .knn import to_float32_matrix, to_label_vector
 
 FORMAT_VERSION = 1
@@ -45,28 +45,9 @@ class EmbeddingSet:
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
     """Call ``write(fileobj)`` on a temporary file beside ``path``, then rename it onto ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return path
-
-
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
-    """Write ``obj`` as indented JSON (NaN/Inf rejected) atomically."""
-    text = json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n"
-    return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+    with atomic_open(path, "wb") as f:
+        write(f)
+    return Path(path)
 
 
 def save_embeddings(

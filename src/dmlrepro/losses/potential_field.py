@@ -30,8 +30,8 @@ from .neighbour_list import NeighbourList
 
 PAIR_SEARCH_MODES = ("auto", "dense", "neighbour")
 # "auto" evaluates a block densely up to this many pairs (measured on 2 CPU cores, benchmarks/bench_losses.py)
-DENSE_PROXY_PAIRS = 2**18
-DENSE_SAMPLE_PROXY_PAIRS = 2**20
+DENSE_PROXY_PAIRS = 2**14
+DENSE_SAMPLE_PROXY_PAIRS = 2**14
 
 
 def within(points: torch.Tensor, first: torch.Tensor, second: torch.Tensor, radius: float, chunk: int = 1 << 16):
@@ -62,7 +62,7 @@ class PotentialFieldLoss(nn.Module):
         proxy_init: "normal" (i.i.d. Gaussian, std `proxy_init_std`, default √(2/N)) or
             "unit_sphere" (the Gaussian draw normalised once).
         pair_search: "dense" (every pair), "neighbour" (near pairs only, exact), or "auto"
-            (near pairs only in blocks of more than 2^18 proxy pairs or 2^20 sample–proxy pairs).
+            (near pairs only in blocks of more than 2^14 pairs).
         skin: least distance a proxy may move before its neighbour-list row is searched again;
             None means δ_rep / 4 (see `neighbour_list.py`).
         search_dtype: precision of the no-grad near-pair searches (bfloat16; float32 on CPUs

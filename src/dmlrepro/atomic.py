@@ -1,13 +1,18 @@
-"""Atomic file writes (DESIGN.md "Conventions": write a temp file in the same folder, then rename)."""
+"""Atomic file writes (DESIGN.md "Conventions": write a temp file in the same folder, then rename).
+
+Every output the pipeline trusts (manifests, embeddings, metrics, checkpoints) is written through
+here, so a crash leaves either the old file or the new one, never a half-written one.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 
 @contextmanager
@@ -41,6 +46,12 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_open(path, "w", encoding="utf-8", newline="") as fh:
         fh.write(text)
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
+    """Write ``obj`` as indented JSON (NaN/Inf rejected) atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    return Path(path)
 
 
 def remove_path(path: str | os.PathLike) -> None:
