@@ -54,10 +54,17 @@ def test_skin_zero_refreshes_every_moved_row():
     assert set(zip(first.tolist(), second.tolist())) == {(0, 2)}
 
 
-@pytest.mark.parametrize("loss_class,kwargs", [(PFMLLoss, {"alpha": 4.0}), (PFMLLoss, {"alpha": 0.0}),
-                                               (CPMLLoss, {"repulsion": "hinge"})])
-def test_neighbour_mode_equals_dense_during_training(loss_class, kwargs):
-    """Same proxies, one optimiser: value and gradients of both modes agree at every step (fp32)."""
+@pytest.mark.parametrize("loss_class,kwargs,pair_chunk", [(PFMLLoss, {"alpha": 4.0}, None), (PFMLLoss, {"alpha": 0.0}, None),
+                                                          (CPMLLoss, {"repulsion": "hinge"}, None),
+                                                          (PFMLLoss, {"alpha": 4.0}, 7)])
+def test_neighbour_mode_equals_dense_during_training(monkeypatch, loss_class, kwargs, pair_chunk):
+    """Same proxies, one optimiser: value and gradients of both modes agree at every step (fp32).
+
+    With `pair_chunk`, the near proxy pairs are evaluated in checkpointed chunks of that size."""
+    if pair_chunk:
+        from dmlrepro.losses import potential_field
+
+        monkeypatch.setattr(potential_field, "PAIR_CHUNK", pair_chunk)
     torch.manual_seed(0)
     num_classes, m, dim, delta = 60, 3, 6, 0.35
     dense = loss_class(num_classes, dim, m, delta=delta, pair_search="dense", **kwargs)

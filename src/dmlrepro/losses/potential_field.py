@@ -23,6 +23,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .distances import (lowp_rounding_bound, lowp_threshold, paired_distances, pairwise_distances, self_distances,
                         shifted_cross_lowp)
@@ -32,6 +33,7 @@ PAIR_SEARCH_MODES = ("auto", "dense", "neighbour")
 # "auto" evaluates a block densely up to this many pairs (measured on 2 CPU cores, benchmarks/bench_losses.py)
 DENSE_PROXY_PAIRS = 2**14
 DENSE_SAMPLE_PROXY_PAIRS = 2**14
+PAIR_CHUNK = 2**16  # beyond this many near proxy pairs, evaluate them in checkpointed chunks (memory O(chunk·D))
 
 
 def within(points: torch.Tensor, first: torch.Tensor, second: torch.Tensor, radius: float, chunk: int = 1 << 16):
@@ -185,8 +187,10 @@ class PotentialFieldLoss(nn.Module):
         if sparse_pp:
             first, second = self._neighbours.pairs(q, labels)
             first, second = within(q, first, second, self.delta_rep)
-        rows = q.index_select(0, torch.cat([own, a, first, second]))
-        own_rows, a_rows, first_rows, second_rows = rows.split([len(own), len(a), len(first), len(second)])
+        chunked = len(first) > PAIR_CHUNK
+        index = [own, a] if chunked else [own, a, first, second]
+        rows = q.index_select(0, torch.cat(index)).split([len(ix) for ix in index])
+        own_rows, a_rows = rows[0], rows[1]
         zp = pp = z.new_zeros(())
         if sparse_zp:
             same = self.attraction(paired_distances(z.repeat_interleave(m, dim=0), own_rows)).sum()
@@ -194,8 +198,16 @@ class PotentialFieldLoss(nn.Module):
             zp = same + n_far * far + (self.repulsion(paired_distances(z[i], a_rows)) - far).sum()
         if sparse_pp:
             n_ordered = q.shape[0] * (q.shape[0] - m)
-            pp = n_ordered * far + 2.0 * (self.repulsion(paired_distances(first_rows, second_rows)) - far).sum()
+            if chunked:  # recomputed in backward: only one chunk's gathered rows live at a time
+                excess = sum(checkpoint(self._repulsion_excess, q, first[s:s + PAIR_CHUNK], second[s:s + PAIR_CHUNK],
+                                        far, use_reentrant=False) for s in range(0, len(first), PAIR_CHUNK))
+            else:
+                excess = (self.repulsion(paired_distances(rows[2], rows[3])) - far).sum()
+            pp = n_ordered * far + 2.0 * excess
         return zp, pp
+
+    def _repulsion_excess(self, q, first, second, far):
+        return (self.repulsion(paired_distances(q[first], q[second])) - far).sum()
 
     def neighbour_stats(self) -> dict[str, int]:
         """Rows refreshed and pairs held by the proxy–proxy neighbour list at the last forward."""
