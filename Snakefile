@@ -1,0 +1,21 @@
+# dmlrepro: regenerate the papers' tables and figures.
+#   snakemake --cores all                 embedded default (generated data, CPU), config/config.yaml
+#   snakemake --profile slurm all         the papers' settings on a SLURM GPU cluster (coming: issue [4/7])
+from snakemake.utils import min_version
+
+min_version("8.25")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/analysis.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        expand(rules.aggregate.output.table, experiment=EXPERIMENTS),

@@ -1,0 +1,45 @@
+"""Seeds → mean ± std per method and sweep point (DESIGN.md flow: aggregate).
+
+The standard deviation is the sample std (ddof = 1), the papers' unstated convention read as in
+specs/pfml.md §3.3; a group with one seed has std NaN. Diverged runs are counted in `diverged`
+and their last finite metrics are kept out of the means.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pandas as pd
+
+from dmlrepro.atomic import atomic_write_text
+
+
+def aggregate_runs(records: Iterable[Mapping[str, Any]], metrics: list[str]) -> pd.DataFrame:
+    """One row per (method, dataset, sweep point): `<metric>_mean`, `<metric>_std`, seeds, diverged.
+
+    Each record holds `method`, `dataset`, `sweep` (a mapping), `seed` and `result` (the run's
+    metrics.json content: `status` and `metrics`)."""
+    rows = []
+    for record in records:
+        result = record["result"]
+        row = {"method": record["method"], "dataset": record["dataset"],
+               "sweep": ", ".join(f"{k}={v}" for k, v in sorted(record["sweep"].items())),
+               "seed": record["seed"], "diverged": result.get("status") == "diverged"}
+        for metric in metrics:
+            value = (result.get("metrics") or {}).get(metric)
+            row[metric] = float("nan") if value is None or row["diverged"] else float(value)
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    keys = ["method", "dataset", "sweep"]
+    grouped = frame.groupby(keys, sort=False)
+    table = grouped[metrics].agg(["mean", "std"])
+    table.columns = [f"{metric}_{stat}" for metric, stat in table.columns]
+    table["seeds"] = grouped["seed"].count()
+    table["diverged"] = grouped["diverged"].sum()
+    return table.reset_index()
+
+
+def write_table(table: pd.DataFrame, path: str | os.PathLike) -> None:
+    atomic_write_text(path, table.to_csv(index=False, float_format="%.6g"))

@@ -1,0 +1,178 @@
+"""Experiments → runs: the run table of the pipeline (DESIGN.md "Contracts", issue [4/7] item 2).
+
+An experiment names methods × datasets × seeds × a sweep grid; each combination is a partial
+run config built by deep-merging, in order,
+
+    defaults  ←  datasets[dataset]  ←  methods[method]  ←  experiment.overrides  ←  sweep point  ←  {seed}
+
+and then resolved (every default filled, every value checked) by
+`dmlrepro.train.config.resolve_run_config`. A run's identity is that resolved config without
+the keys that only say *where* or *how fast* (data root, weight cache, device, workers,
+threads): the run id is a readable prefix plus a hash of it. Equal configs therefore share one
+run across experiments, and changing one hyperparameter makes new ids only for the runs whose
+resolved config it changes.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dmlrepro.train.config import resolve_run_config
+
+# (section, key) pairs that do not change a run's numbers: left out of its identity
+LOCATION_KEYS = (("dataset", "root"), ("dataset", "prepare"), ("model", "weights_cache_dir"),
+                 (None, "device"), (None, "num_workers"), (None, "threads"))
+HASH_LENGTH = 10
+
+
+class ExperimentError(ValueError):
+    """A bad experiment definition; the message names the experiment and the key."""
+
+
+@dataclass
+class Run:
+    run_id: str
+    method: str
+    dataset: str
+    seed: int
+    config: dict[str, Any]
+    experiments: dict[str, dict[str, Any]] = field(default_factory=dict)  # experiment -> its sweep point
+    position: dict[str, int] = field(default_factory=dict)  # experiment -> place in its declared order
+
+
+def deep_merge(base: Mapping, override: Mapping) -> dict:
+    """A copy of `base` with `override` merged in (mappings recursively, everything else replaced)."""
+    merged = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def dotted(path: str, value: Any) -> dict:
+    """"loss.hparams.alpha", 4 -> {"loss": {"hparams": {"alpha": 4}}}."""
+    for key in reversed(path.split(".")):
+        value = {key: value}
+    return value
+
+
+def canonical(value: Any) -> Any:
+    """`value` with every mapping's keys sorted, so that equal configs also print equal (Snakemake
+    compares rule params by their text: key order must not trigger a rerun)."""
+    if isinstance(value, Mapping):
+        return {key: canonical(value[key]) for key in sorted(value)}
+    if isinstance(value, (list, tuple)):
+        return [canonical(item) for item in value]
+    return value
+
+
+def run_identity(resolved: Mapping[str, Any]) -> dict:
+    identity = copy.deepcopy(dict(resolved))
+    for section, key in LOCATION_KEYS:
+        (identity.get(section, {}) if section else identity).pop(key, None)
+    return identity
+
+
+def config_hash(resolved: Mapping[str, Any]) -> str:
+    canonical = json.dumps(run_identity(resolved), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:HASH_LENGTH]
+
+
+def _slug(value: Any) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "_", str(value)).strip("_")
+
+
+def run_id_for(method: str, dataset: str, resolved: Mapping[str, Any]) -> str:
+    """Readable prefix (method, dataset, backbone, seed) + hash of the run's identity."""
+    backbone = resolved["model"]["backbone"]
+    return f"{_slug(method)}-{_slug(dataset)}-{_slug(backbone)}-s{resolved['seed']}-{config_hash(resolved)}"
+
+
+def _sweep_points(sweep: Mapping[str, list]) -> list[dict[str, Any]]:
+    keys = list(sweep)
+    return [dict(zip(keys, values)) for values in itertools.product(*(sweep[k] for k in keys))]
+
+
+def _section(config: Mapping, name: str, key: str, where: str) -> Mapping:
+    table = config.get(name) or {}
+    if key not in table:
+        raise ExperimentError(f"{where}: unknown {name[:-1]} {key!r}; config.{name} defines {sorted(table)}")
+    return table[key] or {}
+
+
+def resolve_runs(config: Mapping[str, Any], experiments: list[str] | None = None) -> dict[str, Run]:
+    """Every run of the named experiments (default: all), keyed by run id, deduplicated."""
+    all_experiments = config.get("experiments") or {}
+    names = list(all_experiments) if experiments is None else experiments
+    runs: dict[str, Run] = {}
+    for name in names:
+        if name not in all_experiments:
+            raise ExperimentError(f"unknown experiment {name!r}; config.experiments defines {sorted(all_experiments)}")
+        exp = all_experiments[name]
+        where = f"experiments.{name}"
+        for position, (method, dataset, point, seed) in enumerate(itertools.product(
+                exp["methods"], exp["datasets"], _sweep_points(exp.get("sweep") or {}), exp.get("seeds", [0]))):
+            partial = deep_merge(config.get("defaults") or {}, _section(config, "datasets", dataset, where))
+            partial = deep_merge(partial, _section(config, "methods", method, where))
+            partial = deep_merge(partial, exp.get("overrides") or {})
+            for path, value in point.items():
+                partial = deep_merge(partial, dotted(path, value))
+            partial = deep_merge(partial, {"seed": seed})
+            try:
+                resolved = resolve_run_config(partial)
+            except ValueError as error:
+                raise ExperimentError(f"{where} (method {method}, dataset {dataset}, seed {seed}, "
+                                      f"sweep {point}): {error}") from error
+            run_id = run_id_for(method, dataset, resolved)
+            run = runs.setdefault(run_id, Run(run_id, method, dataset, seed, resolved))
+            run.experiments[name], run.position[name] = point, position
+    return runs
+
+
+def dataset_parameters(runs: Mapping[str, Run]) -> dict[str, dict[str, Any]]:
+    """Dataset name -> its preparation parameters; one prepared copy serves every run of a name."""
+    params: dict[str, dict[str, Any]] = {}
+    for run in runs.values():
+        name, wanted = run.config["dataset"]["name"], canonical(run.config["dataset"]["params"])
+        if params.setdefault(name, wanted) != wanted:
+            raise ExperimentError(f"dataset {name!r} is used with different dataset.params ({params[name]} and "
+                                  f"{wanted}, e.g. in run {run.run_id}); give each variant its own dataset name")
+    return params
+
+
+def experiment_runs(runs: Mapping[str, Run], experiment: str) -> list[Run]:
+    """The experiment's runs in its declared order (methods × datasets × sweep × seeds)."""
+    return sorted((run for run in runs.values() if experiment in run.experiments), key=lambda r: r.position[experiment])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`dmlrepro runs [--config FILE] [--experiment NAME ...]`: the runs the experiments resolve to."""
+    import argparse
+
+    import yaml
+
+    parser = argparse.ArgumentParser(prog="dmlrepro runs", description=main.__doc__)
+    parser.add_argument("--config", default="config/config.yaml", help="workflow config (default: config/config.yaml)")
+    parser.add_argument("--experiment", action="append", help="only this experiment (repeatable)")
+    args = parser.parse_args(argv)
+    with open(args.config) as handle:
+        config = yaml.safe_load(handle)
+    try:
+        runs = resolve_runs(config, args.experiment)
+    except ExperimentError as error:
+        print(f"dmlrepro runs: {args.config}: {error}")
+        return 2
+    for run in runs.values():
+        shared = ", ".join(f"{name}{' ' + str(point) if point else ''}" for name, point in run.experiments.items())
+        print(f"{run.run_id}  {shared}")
+    print(f"{len(runs)} runs")
+    return 0

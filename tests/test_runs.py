@@ -1,0 +1,96 @@
+"""Experiments resolve into content-addressed runs (issue [4/7] item 2)."""
+
+import copy
+
+import pytest
+import yaml
+
+from dmlrepro.runs import ExperimentError, experiment_runs, resolve_runs
+
+BASE = {
+    "data_root": "data", "results": "results",
+    "defaults": {"epochs": 1, "model": {"backbone": "tiny_cnn"}},
+    "datasets": {"synthetic": {"dataset": {"name": "synthetic"}}, "digits": {"dataset": {"name": "digits"}}},
+    "methods": {"pfml": {"loss": {"name": "pfml", "hparams": {"alpha": 4.0}}},
+                "proxy_anchor": {"loss": {"name": "proxy_anchor"}}},
+    "experiments": {
+        "table": {"methods": ["pfml", "proxy_anchor"], "datasets": ["synthetic", "digits"], "seeds": [0, 1],
+                  "metrics": ["recall@1"]},
+        "alpha": {"methods": ["pfml"], "datasets": ["synthetic"], "seeds": [0],
+                  "sweep": {"loss.hparams.alpha": [2.0, 4.0]}, "metrics": ["recall@1"]},
+    },
+}
+
+
+def test_product_of_methods_datasets_seeds_and_sweep():
+    runs = resolve_runs(BASE)
+    assert len(experiment_runs(runs, "table")) == 2 * 2 * 2
+    alpha = experiment_runs(runs, "alpha")
+    assert sorted(r.config["loss"]["hparams"]["alpha"] for r in alpha) == [2.0, 4.0]
+    assert len(runs) == 8 + 1  # the alpha = 4 point is table's pfml/synthetic/seed 0 run
+
+
+def test_shared_run_knows_each_experiments_sweep_point():
+    runs = resolve_runs(BASE)
+    shared = [r for r in runs.values() if len(r.experiments) == 2]
+    assert len(shared) == 1
+    assert shared[0].experiments == {"table": {}, "alpha": {"loss.hparams.alpha": 4.0}}
+
+
+def test_changing_one_hyperparameter_changes_only_the_runs_it_touches():
+    before = resolve_runs(BASE)
+    changed = copy.deepcopy(BASE)
+    changed["methods"]["proxy_anchor"]["loss"]["hparams"] = {"margin": 0.2}
+    after = resolve_runs(changed)
+    kept = set(before) & set(after)
+    assert {before[r].method for r in set(before) - kept} == {"proxy_anchor"}
+    assert all(before[r].method == "pfml" for r in kept) and len(kept) == 5
+
+
+def test_locations_do_not_change_run_ids():
+    moved = copy.deepcopy(BASE)
+    moved["defaults"] = {**moved["defaults"], "dataset": {"root": "/scratch/data"}, "num_workers": 8, "device": "cpu"}
+    assert set(resolve_runs(moved)) == set(resolve_runs(BASE))
+
+
+def test_run_id_is_readable_and_stable():
+    runs = resolve_runs(BASE, ["alpha"])
+    assert all(r.startswith("pfml-synthetic-tiny_cnn-s0-") for r in runs)
+    assert list(runs) == list(resolve_runs(yaml.safe_load(yaml.safe_dump(BASE)), ["alpha"]))
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda c: c["experiments"]["table"]["methods"].append("pfmll"), "unknown method 'pfmll'"),
+    (lambda c: c["experiments"]["table"]["datasets"].append("cub"), "unknown dataset 'cub'"),
+    (lambda c: c["experiments"]["alpha"].update(sweep={"optimizer.lr": [-1.0]}), "optimizer.lr"),
+])
+def test_bad_experiments_name_the_key(edit, message):
+    config = copy.deepcopy(BASE)
+    edit(config)
+    with pytest.raises(ExperimentError, match=message):
+        resolve_runs(config)
+
+
+def test_one_dataset_name_cannot_have_two_preparations():
+    from dmlrepro.runs import dataset_parameters
+
+    config = copy.deepcopy(BASE)
+    config["methods"]["pfml"]["dataset"] = {"params": {"num_classes": 8}}
+    with pytest.raises(ExperimentError, match="different dataset.params"):
+        dataset_parameters(resolve_runs(config))
+    assert dataset_parameters(resolve_runs(BASE)) == {"synthetic": {}, "digits": {}}
+
+
+def test_canonical_order_does_not_depend_on_the_config_file():
+    from dmlrepro.runs import canonical
+
+    assert repr(canonical({"b": 1, "a": {"d": [{"y": 1, "x": 2}], "c": 3}})) == repr(
+        canonical({"a": {"c": 3, "d": [{"x": 2, "y": 1}]}, "b": 1}))
+
+
+def test_experiment_order_in_the_file_does_not_reorder_an_experiments_runs():
+    flipped = copy.deepcopy(BASE)
+    flipped["experiments"] = dict(reversed(list(BASE["experiments"].items())))
+    for name in BASE["experiments"]:
+        assert [r.run_id for r in experiment_runs(resolve_runs(BASE), name)] == \
+               [r.run_id for r in experiment_runs(resolve_runs(flipped), name)]
