@@ -1,0 +1,177 @@
+"""Command-line entry points (wired into ``dmlrepro`` by the package CLI):
+
+    dmlrepro train RUN_CONFIG OUTDIR [--set KEY=VALUE ...] [--no-progress]
+    dmlrepro evaluate OUTDIR [--device DEV]
+    dmlrepro launch RUN_CONFIG OUTDIR [--executor slurm|local|debug] [--partition P] [--gpus N] ...
+
+Each ``*_main(argv)`` returns the exit code: 0 success (a diverged run is a success: its
+metrics.json says ``"status": "diverged"``), 1 runtime error (missing data/weights, ...),
+2 bad config or arguments, 75 (``EX_TEMPFAIL``) stopped by SIGTERM/SIGUSR1 after writing a
+checkpoint (rerun the same command to resume). ``python -m dmlrepro.train.cli train|evaluate|launch``
+works too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from .config import ConfigError, load_run_config
+from .preemption import EXIT_INTERRUPTED, RunInterrupted
+
+log = logging.getLogger(__name__)
+
+
+def _set(cfg: dict, assignment: str) -> None:
+    """Apply ``a.b.c=value`` (value parsed as YAML) to a nested dict."""
+    if "=" not in assignment:
+        raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE, e.g. optimizer.lr=1e-3")
+    key, raw = assignment.split("=", 1)
+    node = cfg
+    parts = key.strip().split(".")
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {assignment!r}: {p!r} is not a mapping")
+    node[parts[-1]] = yaml.safe_load(raw)
+
+
+def _config(path: str, sets: Sequence[str]) -> dict[str, Any]:
+    cfg = load_run_config(path)
+    for s in sets or ():
+        _set(cfg, s)
+    return cfg
+
+
+def _error(cmd: str, e: BaseException, code: int) -> int:
+    print(f"dmlrepro {cmd}: error: {e}", file=sys.stderr, flush=True)
+    return code
+
+
+def train_main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="dmlrepro train", description="Train one run (resumes if OUTDIR has a checkpoint).")
+    p.add_argument("run_config", help="YAML run config (see docs/training.md)")
+    p.add_argument("outdir", help="run directory: config.yaml, train_log.csv, metrics.json, checkpoints/")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (YAML value)")
+    p.add_argument("--no-progress", action="store_true", help="no tqdm progress bars")
+    args = p.parse_args(argv)
+    from .engine import train_run
+
+    try:
+        cfg = _config(args.run_config, args.set)
+        res = train_run(cfg, args.outdir, progress=False if args.no_progress else None)
+    except RunInterrupted as e:
+        print(f"dmlrepro train: {e}", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    except (ConfigError, ValueError, TypeError) as e:  # bad config (incl. model/loss settings)
+        return _error("train", e, 2)
+    except (FileNotFoundError, OSError, RuntimeError, KeyError) as e:
+        return _error("train", e, 1)
+    print(f"status: {res['status']}", flush=True)
+    return 0
+
+
+def evaluate_main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="dmlrepro evaluate", description="(Re)compute OUTDIR/metrics.json.")
+    p.add_argument("outdir")
+    p.add_argument("--device", default=None, help="override the run's device for recomputing embeddings")
+    args = p.parse_args(argv)
+    from .evaluate import evaluate_run
+
+    try:
+        res = evaluate_run(args.outdir, device=args.device)
+    except ConfigError as e:
+        return _error("evaluate", e, 2)
+    except (FileNotFoundError, OSError, RuntimeError, ValueError) as e:
+        return _error("evaluate", e, 1)
+    m = res.get("metrics") or {}
+    print(f"status: {res.get('status')}; " + ", ".join(f"{k} = {v:.4f}" for k, v in m.items()), flush=True)
+    return 0
+
+
+class TrainJob:
+    """A submitit-checkpointable ``train_run`` call: on timeout/preemption submitit calls
+    ``checkpoint`` and requeues the same job, which resumes from ``OUTDIR/checkpoints``."""
+
+    def __init__(self, config: dict, outdir: str):
+        self.config, self.outdir = config, str(outdir)
+
+    def __call__(self) -> dict:
+        from .engine import train_run
+
+        # RunInterrupted (SIGTERM/SIGUSR1) propagates: the checkpoint is written, and a SLURM
+        # requeue or a new submission of the same run resumes from it.
+        return train_run(self.config, self.outdir, progress=False)
+
+    def checkpoint(self, *args: Any, **kwargs: Any):
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(TrainJob(self.config, self.outdir))
+
+
+def launch_main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="dmlrepro launch", description="Submit one run through submitit (SLURM).")
+    p.add_argument("run_config")
+    p.add_argument("outdir")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--executor", choices=("slurm", "local", "debug", "auto"), default="auto",
+                   help="auto = SLURM if available, else local")
+    p.add_argument("--folder", default=None, help="submitit log folder (default OUTDIR/submitit)")
+    p.add_argument("--partition", default=None)
+    p.add_argument("--gpus", type=int, default=1)
+    p.add_argument("--cpus", type=int, default=8)
+    p.add_argument("--mem-gb", type=int, default=32)
+    p.add_argument("--timeout-min", type=int, default=240)
+    p.add_argument("--max-requeue", type=int, default=5)
+    p.add_argument("--wait", action="store_true", help="wait for the job and print its result")
+    args = p.parse_args(argv)
+    try:
+        import submitit
+    except ImportError as e:  # pragma: no cover
+        return _error("launch", e, 1)
+    from .config import resolve_run_config
+
+    try:
+        cfg = _config(args.run_config, args.set)
+        resolve_run_config(cfg)  # fail here, not in the queue
+    except ConfigError as e:
+        return _error("launch", e, 2)
+    folder = Path(args.folder or Path(args.outdir) / "submitit")
+    cluster = None if args.executor == "auto" else args.executor
+    ex = submitit.AutoExecutor(folder=folder, cluster=cluster, slurm_max_num_timeout=args.max_requeue)
+    params: dict[str, Any] = dict(timeout_min=args.timeout_min, cpus_per_task=args.cpus, mem_gb=args.mem_gb,
+                                  name=f"dmlrepro-{Path(args.outdir).name}")
+    if ex.cluster == "slurm":
+        params.update(gpus_per_node=args.gpus, slurm_partition=args.partition, slurm_signal_delay_s=120)
+    elif ex.cluster == "local":
+        params.update(gpus_per_node=args.gpus if args.gpus else 0)
+    params = {k: v for k, v in params.items() if v is not None}
+    ex.update_parameters(**params)
+    job = ex.submit(TrainJob(cfg, args.outdir))
+    print(f"submitted job {job.job_id} ({ex.cluster}); logs in {folder}", flush=True)
+    if args.wait:
+        try:
+            res = job.result()
+        except Exception as e:
+            return _error("launch", e, 1)
+        print(f"status: {res['status']}", flush=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {"train": train_main, "evaluate": evaluate_main, "launch": launch_main}
+    if not argv or argv[0] not in commands:
+        print(f"usage: python -m dmlrepro.train.cli {{{'|'.join(commands)}}} ...", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.WARNING)
+    return commands[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

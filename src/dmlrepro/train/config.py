@@ -1,0 +1,441 @@
+"""The run config: one nested mapping (loaded from YAML) describing one training run.
+
+``DEFAULTS`` below is the single place where default values live; ``resolve_run_config``
+deep-merges a partial config onto it, checks every key and value, and returns the fully
+resolved config that the engine writes to ``<outdir>/config.yaml``. Errors are
+:class:`ConfigError` (a ``ValueError``) whose message names the key, the value and what was
+expected, and they are raised before any data is prepared or any model is built.
+
+Every key is documented in docs/training.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "DEFAULTS",
+    "GROUPS",
+    "LOSS_HPARAM_DEFAULTS",
+    "OPTIMIZERS",
+    "SCHEDULES",
+    "ConfigError",
+    "RUNTIME_KEYS",
+    "load_run_config",
+    "resolve_run_config",
+    "config_identity",
+    "dump_yaml",
+]
+
+#: Parameter groups of the optimizer: the trunk, the rest of the model, the loss's own
+#: parameters (proxies, class weights).
+GROUPS = ("backbone", "head", "loss")
+OPTIMIZERS = ("adam", "adamw", "rmsprop", "sgd")
+SCHEDULES = ("none", "step", "cosine")
+SAMPLERS = ("random", "m_per_class")
+SELECT = ("last", "best_test")
+DISTANCES = ("cosine", "euclidean")
+
+DEFAULTS: dict[str, Any] = {
+    "dataset": {
+        "name": "synthetic",
+        "root": "data",
+        "prepare": True,  # embedded datasets (synthetic, digits) are generated on first use
+        "params": {},  # passed to dmlrepro.data.prepare for embedded datasets (e.g. num_classes)
+        "train_split": "train",
+        "test_split": "test",
+        "image_size": 32,
+        "resize": None,  # eval resize (and train resize for train_crop: random); None = data default
+        "resize_mode": "short",
+        "train_crop": "rrc",  # rrc (RandomResizedCrop) | random (resize then RandomCrop)
+        "train_resize": None,
+        "scale": [0.08, 1.0],
+        "ratio": [0.75, 1.3333333333333333],
+        "hflip": 0.5,
+        "normalization": "auto",  # auto = from the backbone's input convention
+        "sampler": "random",  # random | m_per_class
+        "m": 4,
+        "length_before_new_iter": None,  # m_per_class: images per epoch (None = dataset size)
+        "batch_size": 64,
+        "eval_batch_size": 256,
+        "label_noise_file": None,
+    },
+    "model": {
+        "backbone": "tiny_cnn",
+        "pretrained": False,  # false | true (backbone's default weights) | a weight name
+        "preset": None,
+        "pool": None,  # None = the preset's or the backbone's default
+        "head": None,  # None = the preset's or "linear"
+        "embedding_size": 64,
+        "l2_normalize": True,
+        "head_init": None,
+        "head_bias": None,
+        "mlp_hidden": None,
+        "weights_cache_dir": None,
+        "weights_sha256": None,
+        "backbone_kwargs": {},
+    },
+    "loss": {"name": "pfml", "hparams": {}},
+    "optimizer": {
+        "name": "adam",
+        "lr": 1e-4,
+        "weight_decay": 0.0,
+        "eps": None,  # None = torch's default for the optimizer (RSW: 1.0)
+        "betas": [0.9, 0.999],
+        "momentum": 0.0,  # sgd / rmsprop
+        "alpha": 0.99,  # rmsprop smoothing constant
+        "nesterov": False,
+        "lr_mult": {"backbone": 1.0, "head": 1.0, "loss": 1.0},
+        "wd_mult": {"backbone": 1.0, "head": 1.0, "loss": 1.0},
+    },
+    "schedule": {"name": "none", "step": 10, "gamma": 0.5, "min_lr_ratio": 0.0},
+    "warmup_epochs": 0,
+    "bn_freeze": {"running_stats": False, "affine": False, "unfreeze_affine_after_warmup": False},
+    "grad_clip": {"value": None, "groups": list(GROUPS)},
+    "followup": {"epochs": 0, "loss": {}, "lr": None, "lr_mult": {}},
+    "amp": {"enabled": "auto", "dtype": "bfloat16"},
+    "epochs": 3,
+    "steps_per_epoch": None,  # cap on optimizer steps per epoch (None = the sampler's full epoch)
+    "seed": 0,
+    "deterministic": True,
+    "eval": {
+        "every": 1,  # evaluate on the test split every n epochs (0 = only at the end)
+        "before_training": True,  # epoch-0 row: the untrained network
+        "ks": [1, 2, 4, 8],
+        "distance": "cosine",
+        "select": "last",  # last | best_test (by test recall@1; diagnostic, as in Proxy-Anchor's code)
+        "nmi": False,
+    },
+    "checkpoint": {"keep": 2},
+    "divergence": {"check_grads": True},
+    "device": "auto",
+    "num_workers": 0,
+    "threads": None,  # torch.set_num_threads for the run (None = leave as is)
+}
+
+#: Hyperparameters filled in when a loss needs them and the config does not give them (the
+#: losses' own defaults cover the rest; the resolved config records the value used).
+LOSS_HPARAM_DEFAULTS: dict[str, dict[str, Any]] = {
+    "pfml": {"proxies_per_class": 2},
+    "cpml": {"proxies_per_class": 2},
+    "rsw": {"alpha": 28.4, "k1": 0.93, "k2": 1.15},  # CUB phase 1 of the RSW code (rsw.md §3.4)
+}
+
+#: (section, key) pairs that say where or how fast a run runs, not what it computes: a resumed
+#: run may differ in them (the same list as ``dmlrepro.runs.LOCATION_KEYS``, which leaves them
+#: out of the run id). Changing ``threads`` or ``device`` can change float rounding, so
+#: bit-identity after a resume holds only when they stay the same.
+RUNTIME_KEYS = (("dataset", "root"), ("dataset", "prepare"), ("model", "weights_cache_dir"),
+                (None, "device"), (None, "num_workers"), (None, "threads"))
+
+
+class ConfigError(ValueError):
+    """A bad run config: the message names the key, the value and what was expected."""
+
+
+def _err(key: str, value: Any, expected: str) -> ConfigError:
+    return ConfigError(f"run config: {key} = {value!r}: expected {expected}")
+
+
+def _merge(base: dict, override: Mapping, prefix: str, free: set[str]) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        path = f"{prefix}{key}"
+        if key not in base:
+            if prefix.rstrip(".") in free:
+                out[key] = copy.deepcopy(value)
+                continue
+            raise ConfigError(f"run config: unknown key {path!r}; expected one of {sorted(base)}")
+        if isinstance(base[key], dict) and path not in free:
+            if value is None:
+                value = {}
+            if not isinstance(value, Mapping):
+                raise _err(path, value, "a mapping")
+            out[key] = _merge(base[key], value, path + ".", free)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+# -- small checkers ----------------------------------------------------------------------------
+def _num(cfg: dict, key: str, *, lo: float | None = None, lo_open=False, allow_none=False, integer=False):
+    node = cfg
+    parts = key.split(".")
+    for p in parts[:-1]:
+        node = node[p]
+    v = node[parts[-1]]
+    if v is None and allow_none:
+        return
+    if isinstance(v, str) and not integer:  # PyYAML reads "1e-4" (no dot) as a string
+        try:
+            v = float(v)
+        except ValueError:
+            pass
+    ok_type = isinstance(v, int) if integer else isinstance(v, (int, float))
+    if isinstance(v, bool) or not ok_type or (not integer and not math.isfinite(v)):
+        raise _err(key, v, ("an integer" if integer else "a finite number") + (" or null" if allow_none else ""))
+    if lo is not None and (v <= lo if lo_open else v < lo):
+        raise _err(key, v, f"a number {'>' if lo_open else '>='} {lo}")
+    node[parts[-1]] = v if integer else float(v)
+
+
+def _choice(cfg: dict, key: str, choices) -> None:
+    node = cfg
+    parts = key.split(".")
+    for p in parts[:-1]:
+        node = node[p]
+    v = node[parts[-1]]
+    if v not in choices:
+        raise _err(key, v, f"one of {list(choices)}")
+
+
+def _bool(cfg: dict, key: str) -> None:
+    node = cfg
+    parts = key.split(".")
+    for p in parts[:-1]:
+        node = node[p]
+    if not isinstance(node[parts[-1]], bool):
+        raise _err(key, node[parts[-1]], "true or false")
+
+
+def _group_map(cfg: dict, key: str, *, require_all: bool) -> None:
+    node = cfg
+    parts = key.split(".")
+    for p in parts[:-1]:
+        node = node[p]
+    m = node[parts[-1]]
+    if not isinstance(m, Mapping):
+        raise _err(key, m, f"a mapping with keys among {list(GROUPS)}")
+    for g, v in m.items():
+        if g not in GROUPS:
+            raise _err(f"{key}.{g}", v, f"a group name among {list(GROUPS)}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise _err(f"{key}.{g}", v, "a finite number >= 0")
+    if require_all:
+        for g in GROUPS:
+            if g not in m:
+                raise _err(f"{key}.{g}", None, "a number (every group needs a multiplier)")
+
+
+# -- public ----------------------------------------------------------------------------------------
+def load_run_config(path: str | os.PathLike) -> dict:
+    """Read a YAML run config (a mapping) from ``path``; not resolved."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"run config file not found: {path}")
+    with open(path, encoding="utf-8") as f:
+        data = yaml.safe_load(f)
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: a run config must be a YAML mapping, got {type(data).__name__}")
+    return dict(data)
+
+
+def resolve_run_config(partial: Mapping[str, Any] | None) -> dict:
+    """Fill defaults into ``partial`` and validate every value; returns a new dict.
+
+    Cheap checks only (no data, no model weights): names of dataset, backbone, loss and
+    optimizer, numeric ranges, consistency (m divides batch_size, followup shorter than the run,
+    best_test needs per-epoch evaluation, the loss accepts its hyperparameters and the followup
+    attributes exist on it).
+    """
+    if partial is None:
+        partial = {}
+    if not isinstance(partial, Mapping):
+        raise ConfigError(f"run config must be a mapping, got {type(partial).__name__}")
+    free = {"dataset.params", "model.backbone_kwargs", "loss.hparams", "followup.loss", "followup.lr_mult"}
+    cfg = _merge(DEFAULTS, partial, "", free)
+    # optimizer.lr_mult / wd_mult: keep defaults for groups not given
+    for k in ("lr_mult", "wd_mult"):
+        if not isinstance(cfg["optimizer"][k], Mapping):
+            raise _err(f"optimizer.{k}", cfg["optimizer"][k], f"a mapping with keys among {list(GROUPS)}")
+
+    d = cfg["dataset"]
+    from dmlrepro.data import DATASETS
+
+    _choice(cfg, "dataset.name", DATASETS)
+    if not isinstance(d["root"], (str, os.PathLike)) or not str(d["root"]):
+        raise _err("dataset.root", d["root"], "a folder path")
+    d["root"] = str(d["root"])
+    _bool(cfg, "dataset.prepare")
+    if not isinstance(d["params"], Mapping):
+        raise _err("dataset.params", d["params"], "a mapping")
+    _num(cfg, "dataset.image_size", lo=8, integer=True)
+    _num(cfg, "dataset.resize", lo=8, integer=True, allow_none=True)
+    _num(cfg, "dataset.train_resize", lo=8, integer=True, allow_none=True)
+    _choice(cfg, "dataset.resize_mode", ("short", "square"))
+    _choice(cfg, "dataset.train_crop", ("rrc", "random"))
+    for key in ("scale", "ratio"):
+        v = d[key]
+        if not (isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v) and 0 < v[0] <= v[1]):
+            raise _err(f"dataset.{key}", v, "a pair [low, high] with 0 < low <= high")
+        d[key] = [float(x) for x in v]
+    _num(cfg, "dataset.hflip", lo=0)
+    if d["hflip"] > 1:
+        raise _err("dataset.hflip", d["hflip"], "a probability in [0, 1]")
+    _choice(cfg, "dataset.normalization", ("auto", "imagenet", "bninception", "half", "none"))
+    _choice(cfg, "dataset.sampler", SAMPLERS)
+    _num(cfg, "dataset.m", lo=1, integer=True)
+    _num(cfg, "dataset.batch_size", lo=1, integer=True)
+    _num(cfg, "dataset.eval_batch_size", lo=1, integer=True)
+    _num(cfg, "dataset.length_before_new_iter", lo=1, integer=True, allow_none=True)
+    if d["sampler"] == "m_per_class" and d["batch_size"] % d["m"]:
+        raise _err("dataset.batch_size", d["batch_size"], f"a multiple of dataset.m = {d['m']} (sampler m_per_class)")
+    if d["label_noise_file"] is not None:
+        if not isinstance(d["label_noise_file"], (str, os.PathLike)):
+            raise _err("dataset.label_noise_file", d["label_noise_file"], "a CSV path or null")
+        d["label_noise_file"] = str(d["label_noise_file"])
+    for key in ("train_split", "test_split"):
+        _choice(cfg, f"dataset.{key}", ("train", "test", "query", "gallery"))
+
+    m = cfg["model"]
+    from dmlrepro.models import list_weights, resolve_backbone_name
+
+    try:
+        resolve_backbone_name(str(m["backbone"]))
+    except KeyError as e:
+        raise ConfigError(f"run config: model.backbone = {m['backbone']!r}: {e.args[0]}") from None
+    if not (isinstance(m["pretrained"], bool) or isinstance(m["pretrained"], str)):
+        raise _err("model.pretrained", m["pretrained"], "false, true or a weight name")
+    if isinstance(m["pretrained"], str) and m["pretrained"] not in list_weights():
+        raise _err("model.pretrained", m["pretrained"], f"a weight name among {list(list_weights())}")
+    _num(cfg, "model.embedding_size", lo=0, integer=True, allow_none=True)
+    _bool(cfg, "model.l2_normalize")
+    if not isinstance(m["backbone_kwargs"], Mapping):
+        raise _err("model.backbone_kwargs", m["backbone_kwargs"], "a mapping")
+
+    lo = cfg["loss"]
+    from dmlrepro.losses import LOSS_NAMES
+
+    _choice(cfg, "loss.name", LOSS_NAMES)
+    if not isinstance(lo["hparams"], Mapping):
+        raise _err("loss.hparams", lo["hparams"], "a mapping of the loss's keyword arguments")
+    lo["hparams"] = {**LOSS_HPARAM_DEFAULTS.get(lo["name"], {}), **lo["hparams"]}
+
+    o = cfg["optimizer"]
+    _choice(cfg, "optimizer.name", OPTIMIZERS)
+    _num(cfg, "optimizer.lr", lo=0, lo_open=True)
+    _num(cfg, "optimizer.weight_decay", lo=0)
+    _num(cfg, "optimizer.eps", lo=0, lo_open=True, allow_none=True)
+    _num(cfg, "optimizer.momentum", lo=0)
+    _num(cfg, "optimizer.alpha", lo=0)
+    _bool(cfg, "optimizer.nesterov")
+    b = o["betas"]
+    if not (isinstance(b, (list, tuple)) and len(b) == 2 and all(isinstance(x, (int, float)) and 0 <= x < 1 for x in b)):
+        raise _err("optimizer.betas", b, "a pair [beta1, beta2] in [0, 1)")
+    o["betas"] = [float(x) for x in b]
+    o["lr_mult"] = {**DEFAULTS["optimizer"]["lr_mult"], **o["lr_mult"]}
+    o["wd_mult"] = {**DEFAULTS["optimizer"]["wd_mult"], **o["wd_mult"]}
+    _group_map(cfg, "optimizer.lr_mult", require_all=True)
+    _group_map(cfg, "optimizer.wd_mult", require_all=True)
+
+    s = cfg["schedule"]
+    _choice(cfg, "schedule.name", SCHEDULES)
+    _num(cfg, "schedule.step", lo=1, integer=True)
+    _num(cfg, "schedule.gamma", lo=0, lo_open=True)
+    _num(cfg, "schedule.min_lr_ratio", lo=0)
+
+    _num(cfg, "epochs", lo=1, integer=True)
+    _num(cfg, "steps_per_epoch", lo=1, integer=True, allow_none=True)
+    _num(cfg, "seed", lo=0, integer=True)
+    _bool(cfg, "deterministic")
+    _num(cfg, "warmup_epochs", lo=0, integer=True)
+    if cfg["warmup_epochs"] >= cfg["epochs"]:
+        raise _err("warmup_epochs", cfg["warmup_epochs"], f"fewer than epochs = {cfg['epochs']}")
+    for k in ("running_stats", "affine", "unfreeze_affine_after_warmup"):
+        _bool(cfg, f"bn_freeze.{k}")
+
+    gc = cfg["grad_clip"]
+    _num(cfg, "grad_clip.value", lo=0, lo_open=True, allow_none=True)
+    if not isinstance(gc["groups"], (list, tuple)) or not all(g in GROUPS for g in gc["groups"]):
+        raise _err("grad_clip.groups", gc["groups"], f"a list of group names among {list(GROUPS)}")
+    gc["groups"] = list(gc["groups"])
+
+    f = cfg["followup"]
+    _num(cfg, "followup.epochs", lo=0, integer=True)
+    if f["epochs"] >= cfg["epochs"]:
+        raise _err("followup.epochs", f["epochs"], f"fewer than epochs = {cfg['epochs']}")
+    if not isinstance(f["loss"], Mapping):
+        raise _err("followup.loss", f["loss"], "a mapping of loss attribute -> value")
+    _num(cfg, "followup.lr", lo=0, lo_open=True, allow_none=True)
+    if not isinstance(f["lr_mult"], Mapping):
+        raise _err("followup.lr_mult", f["lr_mult"], f"a mapping with keys among {list(GROUPS)}")
+    _group_map(cfg, "followup.lr_mult", require_all=False)
+
+    a = cfg["amp"]
+    if a["enabled"] not in ("auto", True, False):
+        raise _err("amp.enabled", a["enabled"], "'auto', true or false")
+    _choice(cfg, "amp.dtype", ("bfloat16", "float16"))
+
+    e = cfg["eval"]
+    _num(cfg, "eval.every", lo=0, integer=True)
+    _bool(cfg, "eval.before_training")
+    _bool(cfg, "eval.nmi")
+    if not (isinstance(e["ks"], (list, tuple)) and e["ks"] and all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in e["ks"])):
+        raise _err("eval.ks", e["ks"], "a non-empty list of integers >= 1")
+    e["ks"] = sorted(set(int(k) for k in e["ks"]))
+    if 1 not in e["ks"]:
+        raise _err("eval.ks", e["ks"], "a list containing 1 (recall@1 is logged and used by select)")
+    _choice(cfg, "eval.distance", DISTANCES)
+    _choice(cfg, "eval.select", SELECT)
+    if e["select"] == "best_test" and e["every"] == 0:
+        raise _err("eval.every", 0, "a positive interval when eval.select is best_test")
+
+    _num(cfg, "checkpoint.keep", lo=1, integer=True)
+    _bool(cfg, "divergence.check_grads")
+    dev = cfg["device"]
+    if not isinstance(dev, str) or not (dev in ("auto", "cpu", "cuda") or dev.startswith("cuda:")):
+        raise _err("device", dev, "'auto', 'cpu', 'cuda' or 'cuda:N'")
+    _num(cfg, "num_workers", lo=0, integer=True)
+    _num(cfg, "threads", lo=1, integer=True, allow_none=True)
+
+    _check_loss(cfg)
+    return cfg
+
+
+def _check_loss(cfg: dict) -> None:
+    """Build the loss once on a toy size: unknown hyperparameters and followup attributes fail here."""
+    from dmlrepro.losses import build_loss
+
+    lo, f = cfg["loss"], cfg["followup"]
+    emb = cfg["model"]["embedding_size"] or 8
+    try:
+        loss = build_loss(lo["name"], 4, emb, **dict(lo["hparams"]))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"run config: loss.hparams = {dict(lo['hparams'])!r} for loss {lo['name']!r}: {e}") from None
+    for attr, value in f["loss"].items():
+        if attr.startswith("_") or not hasattr(loss, attr) or callable(getattr(loss, attr)) \
+                or isinstance(getattr(loss, attr), __import__("torch").Tensor):
+            raise _err(f"followup.loss.{attr}", value, f"a plain attribute of loss {lo['name']!r}")
+    if f["loss"] and f["epochs"] == 0:
+        raise _err("followup.epochs", 0, "a positive number of epochs when followup.loss is set")
+
+
+def config_identity(cfg: Mapping[str, Any]) -> dict:
+    """The resolved config without the runtime keys (what must match to resume a run)."""
+    out = copy.deepcopy(dict(cfg))
+    for section, key in RUNTIME_KEYS:
+        node = out if section is None else out.get(section)
+        if isinstance(node, dict):
+            node.pop(key, None)
+    return out
+
+
+def dump_yaml(cfg: Mapping[str, Any]) -> str:
+    return yaml.safe_dump(_plain(cfg), sort_keys=False, default_flow_style=None)
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, Mapping):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    return x

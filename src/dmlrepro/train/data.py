@@ -1,0 +1,178 @@
+"""Adapter from the run config's ``dataset`` section to the data layer (``dmlrepro.data``).
+
+* ``open_manifest``: prepares an embedded dataset on first use (``dataset.prepare``), else
+  loads a prepared one (the error names the ``prepare`` command).
+* ``build_datasets``: train/test ``ManifestDataset`` with the transforms matching the
+  backbone's input convention, and the map from training labels to 0..C-1 for the loss.
+* ``SeededBatchSampler`` / ``SeededDataset``: make every random augmentation a pure function of
+  (seed, epoch, batch index, position in batch). Each sample is transformed under its own torch
+  seed (the CPU generator's state is restored afterwards, so the caller's stream is untouched), hence the
+  data stream is identical whatever ``num_workers`` is and when training resumes mid-epoch.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, Sampler
+
+from .config import ConfigError
+
+
+def open_manifest(dcfg: dict[str, Any]):
+    from dmlrepro import data
+    from dmlrepro.data.registry import EMBEDDED
+
+    name, root = dcfg["name"], dcfg["root"]
+    if name in EMBEDDED and dcfg["prepare"]:
+        try:
+            data.prepare(name, root, progress=False, **dict(dcfg["params"]))
+        except TypeError as e:
+            raise ConfigError(f"run config: dataset.params = {dict(dcfg['params'])!r}: {e}") from None
+    elif dcfg["params"]:
+        raise ConfigError(f"run config: dataset.params = {dict(dcfg['params'])!r}: only for embedded datasets "
+                          f"with dataset.prepare: true")
+    try:
+        return data.load(name, root)
+    except Exception as e:
+        raise FileNotFoundError(
+            f"dataset {name!r} is not prepared under {root!r} ({e}); run "
+            f"`python -m dmlrepro.data.cli prepare {name} --root {root}` first"
+        ) from None
+
+
+def _normalization(dcfg: dict[str, Any], model) -> tuple[str, Any]:
+    """The data layer's normalisation name (+ an extra transform for ViT's mean = std = 0.5)."""
+    norm = dcfg["normalization"]
+    if norm == "auto":
+        norm = {"rgb_imagenet": "imagenet", "bgr255": "bninception", "rgb_half": "half"}.get(
+            getattr(model, "input_convention", ""), "imagenet")
+    if norm == "half":  # not offered by dmlrepro.data.transforms: [0, 1] then (x - 0.5) / 0.5
+        from torchvision.transforms import v2
+
+        return "none", v2.Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+    return norm, None
+
+
+def build_transforms(dcfg: dict[str, Any], model):
+    from torchvision.transforms import v2
+
+    from dmlrepro.data import build_transform
+
+    norm, extra = _normalization(dcfg, model)
+    common = dict(size=dcfg["image_size"], resize=dcfg["resize"], resize_mode=dcfg["resize_mode"], normalization=norm)
+    train = build_transform(True, **common, scale=tuple(dcfg["scale"]), ratio=tuple(dcfg["ratio"]),
+                            train_resize=dcfg["train_resize"], train_crop=dcfg["train_crop"], hflip=dcfg["hflip"])
+    test = build_transform(False, **common)
+    if extra is not None:
+        train, test = v2.Compose([train, extra]), v2.Compose([test, extra])
+    return train, test
+
+
+class LabelMap:
+    """Training labels (any ints) -> 0..C-1 in sorted order, as a lookup table."""
+
+    def __init__(self, labels: np.ndarray):
+        self.classes = np.unique(np.asarray(labels))
+        self.table = torch.full((int(self.classes.max()) + 1,), -1, dtype=torch.long)
+        self.table[torch.as_tensor(self.classes, dtype=torch.long)] = torch.arange(len(self.classes))
+
+    def __len__(self) -> int:
+        return len(self.classes)
+
+    def __call__(self, labels: torch.Tensor) -> torch.Tensor:
+        return self.table.to(labels.device)[labels]
+
+
+def build_datasets(dcfg: dict[str, Any], manifest, model):
+    from dmlrepro.data import ManifestDataset
+
+    train_tf, test_tf = build_transforms(dcfg, model)
+    train = ManifestDataset(manifest, split=dcfg["train_split"], transform=train_tf, label_override=dcfg["label_noise_file"])
+    test = ManifestDataset(manifest, split=dcfg["test_split"], transform=test_tf)
+    return train, test, LabelMap(train.labels)
+
+
+def build_batch_sampler(dcfg: dict[str, Any], train_ds, seed: int):
+    from dmlrepro.data import MPerClassBatchSampler, RandomBatchSampler
+
+    if dcfg["sampler"] == "random":
+        if dcfg["batch_size"] > len(train_ds):
+            raise ConfigError(f"run config: dataset.batch_size = {dcfg['batch_size']}: expected at most the "
+                              f"{len(train_ds)} training images")
+        return RandomBatchSampler(len(train_ds), dcfg["batch_size"], seed=seed, drop_last=True)
+    try:
+        return MPerClassBatchSampler(train_ds.labels, dcfg["m"], dcfg["batch_size"], seed=seed,
+                                     length_before_new_iter=dcfg["length_before_new_iter"])
+    except ValueError as e:
+        raise ConfigError(f"run config: dataset.batch_size/dataset.m: {e}") from None
+
+
+def _batch_seed(seed: int, epoch: int, batch: int) -> int:
+    return int(np.random.SeedSequence([int(seed), 0x5EED, int(epoch), int(batch)]).generate_state(1, np.uint64)[0] >> 2)
+
+
+class SeededBatchSampler(Sampler):
+    """Wraps a resumable data-layer batch sampler: yields ``[(index, sample_seed), ...]``,
+    at most ``limit`` batches per epoch, from ``start_batch`` on (see ``set_epoch``)."""
+
+    def __init__(self, inner, seed: int, limit: int | None = None):
+        self.inner, self.seed, self.limit = inner, int(seed), limit
+        self.epoch, self.start_batch = 0, 0
+
+    def num_batches(self) -> int:
+        n = self.inner.num_batches()
+        return n if self.limit is None else min(n, self.limit)
+
+    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
+        if not 0 <= start_batch <= self.num_batches():
+            raise ValueError(f"start_batch {start_batch} outside [0, {self.num_batches()}]")
+        self.epoch, self.start_batch = int(epoch), int(start_batch)
+
+    def __iter__(self):
+        batches = self.inner.epoch_batches(self.epoch)[: self.num_batches()]
+        for b in range(self.start_batch, len(batches)):
+            base = _batch_seed(self.seed, self.epoch, b)
+            yield [(int(i), base + pos) for pos, i in enumerate(batches[b])]
+
+    def __len__(self) -> int:
+        return self.num_batches() - self.start_batch
+
+
+class SeededDataset(Dataset):
+    """``ds[(i, seed)]`` = ``ds[i]`` with torch's generator seeded by ``seed`` for the transform."""
+
+    def __init__(self, ds):
+        self.ds = ds
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, key):
+        i, s = key
+        gen = torch.default_generator  # torch.manual_seed would also record a stack trace per call
+        saved = gen.get_state()
+        gen.manual_seed(int(s))
+        try:
+            return self.ds[int(i)]
+        finally:
+            gen.set_state(saved)
+
+
+def worker_init(_worker_id: int) -> None:
+    """DataLoader workers ignore the preemption signals; the main process handles them."""
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (ValueError, OSError):  # pragma: no cover
+            pass
+
+
+def loader_generator(seed: int, epoch: int, salt: int) -> torch.Generator:
+    """A DataLoader's own generator (its worker base seed), a function of (seed, epoch)."""
+    g = torch.Generator()
+    g.manual_seed(int(np.random.SeedSequence([int(seed), int(salt), int(epoch)]).generate_state(1, np.uint64)[0] >> 2))
+    return g

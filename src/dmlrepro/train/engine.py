@@ -1,0 +1,366 @@
+"""The training engine: one resolved run config -> a trained model, its test embeddings and
+metrics, in a run directory that can be interrupted and resumed at any point.
+
+Run directory (DESIGN.md): ``config.yaml`` (resolved), ``train_log.csv`` (one row per epoch,
+row 0 = the untrained network), ``embeddings_test.npz`` (the selected model's test
+embeddings, saved once), ``metrics.json`` and ``checkpoints/`` (resume only).
+
+Resume protocol: a checkpoint is written at the end of every epoch and, on SIGTERM/SIGUSR1,
+after the current optimizer step (then :class:`RunInterrupted`; the CLI exits 75). A restarted
+``train_run`` on the same directory loads the newest valid checkpoint -- model, loss parameters,
+optimizer, GradScaler, every RNG state, epoch, batch index within the epoch, the epoch's
+running loss and the history -- and continues; on CPU with ``deterministic: true`` the final
+weights and metrics equal those of an uninterrupted run bit for bit (tests/train/test_resume.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from .checkpoint import load_latest, save_checkpoint, write_verified
+from .config import ConfigError, config_identity, dump_yaml, resolve_run_config
+from .data import SeededBatchSampler, SeededDataset, build_batch_sampler, build_datasets, loader_generator, open_manifest, worker_init
+from .evaluate import BEST_MODEL_FILE, EMBEDDINGS_FILE, compute_embeddings, embedding_metrics, final_metrics
+from .modeling import build_run_loss, build_run_model
+from .optim import apply_trainability, build_optimizer, group_lrs, in_followup, named_groups, set_lrs
+from .preemption import RunInterrupted, StopFlag
+from .seeding import DeterminismGuard, loss_seed, rng_state, seed_everything, set_rng_state
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT = 1
+BEST_EMBEDDINGS_FILE = "best_test.npz"
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"run config: device = {name!r}: expected a device that exists (no CUDA GPU is visible); "
+                          f"use 'auto' or 'cpu'")
+    return dev
+
+
+def _say(msg: str) -> None:
+    log.info(msg)
+    print(f"dmlrepro train: {msg}", flush=True)
+
+
+def _plain_yaml(cfg: dict) -> Any:
+    return yaml.safe_load(dump_yaml(cfg))
+
+
+def _first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            d = _first_difference(a.get(k), b.get(k), f"{prefix}{k}.")
+            if d:
+                return d
+        return None
+    return None if a == b else f"{prefix.rstrip('.')}: {a!r} (run directory) vs {b!r} (now)"
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    from dmlrepro.evaluation.embeddings_io import atomic_write
+
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def train_run(config: dict, outdir: str | os.PathLike, *, progress: bool | None = None) -> dict[str, Any]:
+    """Train one run described by ``config`` (partial; resolved here) into ``outdir``.
+
+    Returns the content of ``metrics.json``: ``status`` ``"completed"`` (metrics of the selected
+    epoch) or ``"diverged"`` (``diverged_at`` and the last finite evaluation). A run directory
+    whose metrics.json already records a finished run is returned as is. Raises
+    :class:`RunInterrupted` after a preemption signal (checkpoint written) and
+    :class:`ConfigError` for a bad config or a directory holding a run with another config.
+    """
+    cfg = resolve_run_config(config)
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    plain = _plain_yaml(cfg)
+    cfg_path = outdir / "config.yaml"
+    if cfg_path.is_file():
+        old = yaml.safe_load(cfg_path.read_text()) or {}
+        diff = _first_difference(config_identity(old), config_identity(plain))
+        if diff:
+            raise ConfigError(f"{outdir} holds a run with a different config ({diff}); "
+                              f"use another output directory or delete this one")
+    _write_text_atomic(cfg_path, dump_yaml(cfg))
+    mpath = outdir / "metrics.json"
+    if mpath.is_file():
+        record = json.loads(mpath.read_text())
+        if record.get("status") in ("completed", "diverged"):
+            _say(f"{outdir}: already finished ({record['status']}); nothing to do")
+            return record
+    if progress is None:
+        progress = os.isatty(2)
+    with DeterminismGuard(cfg["deterministic"], cfg["threads"]), StopFlag() as stop:
+        return _Trainer(cfg, plain, outdir, bool(progress), stop).run()
+
+
+class _Trainer:
+    def __init__(self, cfg: dict, plain: dict, outdir: Path, progress: bool, stop: StopFlag):
+        self.cfg, self.plain, self.outdir, self.progress, self.stop = cfg, plain, outdir, progress, stop
+        self.ckdir = outdir / "checkpoints"
+        self.device = resolve_device(cfg["device"])
+        amp = cfg["amp"]
+        use_amp = (amp["enabled"] == "auto" and self.device.type == "cuda") or amp["enabled"] is True
+        if use_amp and self.device.type != "cuda":
+            raise ConfigError(f"run config: amp.enabled = true: expected a CUDA device (device is {self.device}); "
+                              f"set amp.enabled to 'auto' or false")
+        self.amp_dtype = getattr(torch, amp["dtype"]) if use_amp else None
+
+        seed_everything(cfg["seed"])  # model init from the run's seed (a bad model config fails before the data)
+        self.model = build_run_model(cfg)
+        manifest = open_manifest(cfg["dataset"])
+        self.train_ds, self.test_ds, self.labelmap = build_datasets(cfg["dataset"], manifest, self.model)
+        # the loss's init (proxies) from its own stream: independent of whatever preparing the data did
+        torch.manual_seed(loss_seed(cfg["seed"]))
+        self.loss = build_run_loss(cfg, len(self.labelmap), self.model.embedding_size)
+        self.model.to(self.device)
+        self.loss.to(self.device)
+        self.labelmap.table = self.labelmap.table.to(self.device)
+        self.phase1_attrs = {k: getattr(self.loss, k) for k in cfg["followup"]["loss"]}
+        self.groups = named_groups(self.model, self.loss)
+        self.optimizer = build_optimizer(cfg, self.groups)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
+        self.sampler = SeededBatchSampler(build_batch_sampler(cfg["dataset"], self.train_ds, cfg["seed"]),
+                                          cfg["seed"], cfg["steps_per_epoch"])
+        if self.sampler.num_batches() == 0:
+            raise ConfigError(f"run config: dataset.batch_size = {cfg['dataset']['batch_size']}: an epoch has no "
+                              f"full batch of the {len(self.train_ds)} training images")
+        self.clip_params = [p for g in cfg["grad_clip"]["groups"] for p in self.groups[g]]
+        self.pos: dict[str, Any] = {"epoch": 1, "batch": 0, "global_step": 0, "epoch_loss_sum": 0.0,
+                                    "epoch_steps": 0, "epoch_seconds": 0.0, "history": [], "best": None}
+
+    # -- state -------------------------------------------------------------------------------
+    def _state(self) -> dict[str, Any]:
+        return {"format": CHECKPOINT_FORMAT, "config": config_identity(self.plain), "position": dict(self.pos),
+                "model": self.model.state_dict(), "loss": self.loss.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(), "rng": rng_state()}
+
+    def _save(self) -> Path:
+        return save_checkpoint(self.ckdir, self._state(), self.pos["epoch"], self.pos["batch"], self.cfg["checkpoint"]["keep"])
+
+    def _restore(self, state: dict[str, Any], path: Path) -> None:
+        diff = _first_difference(state.get("config"), config_identity(self.plain))
+        if state.get("format") != CHECKPOINT_FORMAT or diff:
+            raise ConfigError(f"checkpoint {path} belongs to another config ({diff or 'format'}); "
+                              f"use another output directory or delete {self.ckdir}")
+        self.model.load_state_dict(state["model"])
+        self.loss.load_state_dict(state["loss"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        set_rng_state(state["rng"])
+        self.pos = dict(state["position"])
+        _say(f"resuming from {path.name} (epoch {self.pos['epoch']}, batch {self.pos['batch']})")
+
+    # -- main loop ---------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        had_files = any(self.ckdir.glob("ckpt-*.pt")) if self.ckdir.is_dir() else False
+        found = load_latest(self.ckdir, map_location="cpu")
+        if found is not None:
+            self._restore(*found)
+        else:
+            if had_files:
+                _say("no usable checkpoint left; restarting the run from scratch")
+            if self.cfg["eval"]["before_training"]:
+                t0 = time.perf_counter()
+                metrics = self._evaluate(0)
+                self.pos["history"].append(self._row(0, 0, None, None, time.perf_counter() - t0, metrics))
+        for epoch in range(self.pos["epoch"], self.cfg["epochs"] + 1):
+            diverged = self._train_epoch(epoch)
+            if diverged:
+                return self._finish_diverged(diverged)
+        return self._finish_completed()
+
+    def _row(self, epoch, steps, loss, lrs, seconds, metrics) -> dict[str, Any]:
+        return {"epoch": epoch, "steps": steps, "loss": loss, "lrs": lrs, "seconds": seconds,
+                "phase": 2 if epoch and in_followup(self.cfg, epoch) else 1, "test_metrics": metrics}
+
+    def _apply_epoch_settings(self, epoch: int) -> dict[str, float]:
+        cfg = self.cfg
+        lrs = group_lrs(cfg, epoch)
+        set_lrs(self.optimizer, lrs)
+        attrs = cfg["followup"]["loss"] if in_followup(cfg, epoch) else self.phase1_attrs
+        for k, v in attrs.items():
+            setattr(self.loss, k, v)
+        apply_trainability(cfg, self.model, self.loss, epoch)
+        return {g["name"]: g["lr"] for g in self.optimizer.param_groups}
+
+    def _train_epoch(self, epoch: int) -> dict[str, Any] | None:
+        from tqdm import tqdm
+
+        cfg, pos = self.cfg, self.pos
+        lrs = self._apply_epoch_settings(epoch)
+        self.model.train()
+        self.loss.train()
+        self.sampler.set_epoch(epoch, pos["batch"])
+        nw = cfg["num_workers"]
+        loader = torch.utils.data.DataLoader(
+            SeededDataset(self.train_ds), batch_sampler=self.sampler, num_workers=nw,
+            worker_init_fn=worker_init if nw else None, generator=loader_generator(cfg["seed"], epoch, 1),
+            pin_memory=self.device.type == "cuda")
+        t0 = time.perf_counter()
+        bar = tqdm(loader, total=self.sampler.num_batches(), initial=pos["batch"], disable=not self.progress,
+                   desc=f"epoch {epoch}/{cfg['epochs']}", leave=False, dynamic_ncols=True)
+        for x, y, _ in bar:
+            what = self._step(x, y)
+            if what:
+                pos["epoch_seconds"] += time.perf_counter() - t0
+                return {"epoch": epoch, "step": pos["batch"] + 1, "global_step": pos["global_step"] + 1,
+                        "what": what, "lrs": lrs}
+            pos["batch"] += 1
+            pos["global_step"] += 1
+            pos["epoch_steps"] += 1
+            if self.progress and pos["batch"] % 10 == 0:
+                bar.set_postfix(loss=f"{pos['epoch_loss_sum'] / pos['epoch_steps']:.4g}")
+            self.stop.step_done()
+            if self.stop:
+                pos["epoch_seconds"] += time.perf_counter() - t0
+                path = self._save()
+                bar.close()
+                raise RunInterrupted(self.stop.signum, path)
+        bar.close()
+        pos["epoch_seconds"] += time.perf_counter() - t0
+        every = cfg["eval"]["every"]
+        metrics = None
+        if epoch == cfg["epochs"] or (every and epoch % every == 0):
+            metrics = self._evaluate(epoch)
+            if metrics is None:
+                return {"epoch": epoch, "step": pos["batch"], "global_step": pos["global_step"],
+                        "what": "embeddings", "lrs": lrs}
+        loss_mean = pos["epoch_loss_sum"] / max(pos["epoch_steps"], 1)
+        pos["history"].append(self._row(epoch, pos["epoch_steps"], loss_mean, lrs, pos["epoch_seconds"], metrics))
+        pos.update(epoch=epoch + 1, batch=0, epoch_loss_sum=0.0, epoch_steps=0, epoch_seconds=0.0)
+        self._write_log()
+        self._save()
+        if self.stop:
+            raise RunInterrupted(self.stop.signum, self.ckdir)
+        return None
+
+    def _step(self, x: torch.Tensor, y: torch.Tensor) -> str | None:
+        """One optimizer step; returns "loss"/"gradients" instead of stepping if they are not finite."""
+        dev = self.device
+        x = x.to(dev, non_blocking=True)
+        y = self.labelmap(y.to(dev, non_blocking=True))
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(dev.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
+            emb = self.model(x)
+        with torch.autocast(dev.type, enabled=False):  # the loss always runs in float32
+            loss = self.loss(emb.float(), y)
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            return "loss"
+        self.scaler.scale(loss).backward()
+        if self.scaler.is_enabled():
+            self.scaler.unscale_(self.optimizer)  # inf/NaN gradients: the scaler skips the step
+        elif self.cfg["divergence"]["check_grads"]:
+            grads = [p.grad for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
+            if grads and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()):
+                return "gradients"
+        clip = self.cfg["grad_clip"]["value"]
+        if clip is not None:
+            torch.nn.utils.clip_grad_value_([p for p in self.clip_params if p.grad is not None], clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.pos["epoch_loss_sum"] += value
+        return None
+
+    # -- evaluation and outputs ---------------------------------------------------------------
+    def _evaluate(self, epoch: int) -> dict[str, float] | None:
+        from dmlrepro.evaluation import save_embeddings
+
+        cfg = self.cfg
+        emb, labels, rows = compute_embeddings(self.model, self.test_ds, batch_size=cfg["dataset"]["eval_batch_size"],
+                                               device=self.device, num_workers=cfg["num_workers"],
+                                               amp_dtype=self.amp_dtype, progress=self.progress,
+                                               desc=f"eval epoch {epoch}")
+        metrics = embedding_metrics(emb, labels, cfg)
+        if metrics is None:
+            return None
+        split = cfg["dataset"]["test_split"]
+        if cfg["eval"]["select"] == "best_test" and epoch > 0:
+            best = self.pos["best"]
+            if best is None or metrics["recall@1"] > best["recall@1"]:
+                self.pos["best"] = {"epoch": epoch, "recall@1": metrics["recall@1"]}
+                save_embeddings(self.ckdir / BEST_EMBEDDINGS_FILE, emb, labels, rows, split=split,
+                                meta={"epoch": epoch, "select": "best_test"})
+                write_verified(self.ckdir / BEST_MODEL_FILE, {"epoch": epoch, "model": self.model.state_dict()})
+        elif epoch == cfg["epochs"]:
+            save_embeddings(self.outdir / EMBEDDINGS_FILE, emb, labels, rows, split=split,
+                            meta={"epoch": epoch, "select": "last"})
+        return metrics
+
+    def _write_log(self) -> None:
+        names = [g["name"] for g in self.optimizer.param_groups]
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(["epoch", "phase", "steps", "loss", *[f"lr_{n}" for n in names], "seconds", "test_recall@1"])
+        for r in self.pos["history"]:
+            lrs = r["lrs"] or {}
+            m = r["test_metrics"]
+            w.writerow([r["epoch"], r["phase"], r["steps"], "" if r["loss"] is None else repr(float(r["loss"])),
+                        *[repr(lrs[n]) if n in lrs else "" for n in names], f"{r['seconds']:.3f}",
+                        "" if not m else repr(m["recall@1"])])
+        _write_text_atomic(self.outdir / "train_log.csv", buf.getvalue())
+
+    def _last_finite(self) -> tuple[int | None, dict[str, float]]:
+        for r in reversed(self.pos["history"]):
+            if r["test_metrics"]:
+                return r["epoch"], r["test_metrics"]
+        return None, {}
+
+    def _common(self) -> dict[str, Any]:
+        hist = self.pos["history"]
+        untrained = hist[0]["test_metrics"] if hist and hist[0]["epoch"] == 0 else None
+        return {"select": self.cfg["eval"]["select"], "epochs": self.cfg["epochs"],
+                "global_steps": self.pos["global_step"], "untrained_metrics": untrained,
+                "best_epoch": (self.pos["best"] or {}).get("epoch")}
+
+    def _finish_completed(self) -> dict[str, Any]:
+        from dmlrepro.evaluation.embeddings_io import load_embeddings
+
+        emb_path = self.outdir / EMBEDDINGS_FILE
+        if self.cfg["eval"]["select"] == "best_test":
+            best = self.ckdir / BEST_EMBEDDINGS_FILE
+            if best.is_file():
+                os.replace(best, emb_path)
+        if not emb_path.is_file():  # pragma: no cover - killed between the final eval and its save
+            raise FileNotFoundError(f"{emb_path} is missing; run `dmlrepro evaluate {self.outdir}`")
+        epoch = int(load_embeddings(emb_path).meta.get("epoch", self.cfg["epochs"]))
+        extra = {"status": "completed", "epoch": epoch, "diverged_at": None, **self._common()}
+        res = final_metrics(self.outdir, self.cfg, extra)
+        _say(f"completed: epoch {epoch} test recall@1 = {res['metrics']['recall@1']:.4f} ({self.outdir})")
+        return res
+
+    def _finish_diverged(self, info: dict[str, Any]) -> dict[str, Any]:
+        from dmlrepro.evaluation import write_json_atomic
+
+        pos = self.pos
+        loss_mean = float("nan") if info["what"] != "embeddings" else pos["epoch_loss_sum"] / max(pos["epoch_steps"], 1)
+        pos["history"].append(self._row(info["epoch"], pos["epoch_steps"], loss_mean, info["lrs"],
+                                        pos["epoch_seconds"], None))
+        self._write_log()
+        epoch, metrics = self._last_finite()
+        record = {"status": "diverged", "epoch": epoch, "metrics": metrics,
+                  "diverged_at": {k: info[k] for k in ("epoch", "step", "global_step", "what")},
+                  "distance": self.cfg["eval"]["distance"], "ks": self.cfg["eval"]["ks"],
+                  "split": self.cfg["dataset"]["test_split"], **self._common()}
+        write_json_atomic(self.outdir / "metrics.json", record)
+        _say(f"diverged: non-finite {info['what']} at epoch {info['epoch']} step {info['step']}; "
+             f"last finite evaluation: epoch {epoch} ({self.outdir}/metrics.json)")
+        return record

@@ -1,0 +1,116 @@
+"""Test-set embeddings of a model, and ``evaluate_run``: (re)compute a run's metrics.json."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+log = logging.getLogger(__name__)
+
+EMBEDDINGS_FILE = "embeddings_test.npz"
+BEST_MODEL_FILE = "best_model.pt"
+
+
+@torch.no_grad()
+def compute_embeddings(model, ds, *, batch_size: int, device: torch.device, num_workers: int = 0,
+                       amp_dtype: torch.dtype | None = None, progress: bool = False, desc: str = "embed"):
+    """Embeddings (float32 numpy), labels and manifest rows of every item of ``ds``, in order."""
+    from tqdm import tqdm
+
+    from .data import loader_generator, worker_init
+
+    was_training = model.training
+    model.eval()
+    loader = DataLoader(ds, batch_size=batch_size, shuffle=False, num_workers=num_workers,
+                        worker_init_fn=worker_init if num_workers else None, generator=loader_generator(0, 0, 17),
+                        pin_memory=device.type == "cuda")
+    out, labels = [], []
+    for x, y, _ in tqdm(loader, desc=desc, disable=not progress, leave=False, dynamic_ncols=True):
+        with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+            z = model(x.to(device, non_blocking=True))
+        out.append(z.float().cpu())
+        labels.append(y)
+    model.train(was_training)
+    emb = torch.cat(out).numpy().astype(np.float32, copy=False)
+    return emb, torch.cat(labels).numpy(), np.asarray(ds.rows, dtype=np.int64)
+
+
+def embedding_metrics(emb: np.ndarray, labels: np.ndarray, cfg: dict[str, Any]) -> dict[str, float] | None:
+    """Retrieval metrics (+ NMI) on the given embeddings; None if any value is not finite."""
+    from dmlrepro.evaluation import nmi, retrieval_metrics
+
+    if not np.isfinite(emb).all():
+        return None
+    e = cfg["eval"]
+    metrics = dict(retrieval_metrics(emb, labels, ks=tuple(e["ks"]), distance=e["distance"]))
+    if e["nmi"]:
+        metrics["nmi"] = float(nmi(emb, labels, seed=cfg["seed"]))
+    return metrics
+
+
+def final_metrics(outdir: Path, cfg: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """metrics.json content from the saved embeddings, merged with the run's record ``extra``."""
+    from dmlrepro.evaluation import evaluate_embeddings_file, write_json_atomic
+
+    e = cfg["eval"]
+    res = evaluate_embeddings_file(outdir / EMBEDDINGS_FILE, None, ks=tuple(e["ks"]), distance=e["distance"],
+                                   nmi=e["nmi"], nmi_seed=cfg["seed"])
+    res.update(extra)
+    write_json_atomic(outdir / "metrics.json", res)
+    return res
+
+
+def evaluate_run(outdir, *, device: str | None = None, progress: bool | None = None) -> dict[str, Any]:
+    """Recompute ``<outdir>/metrics.json`` from ``embeddings_test.npz``; if that file is missing,
+    first recompute the embeddings from the selected model (``checkpoints/best_model.pt`` for
+    ``eval.select: best_test``, else the final checkpoint). A diverged run has no final model:
+    its recorded metrics.json is returned unchanged."""
+    from dmlrepro.evaluation import save_embeddings
+
+    from .checkpoint import load_latest, read_checkpoint
+    from .config import load_run_config, resolve_run_config
+    from .data import build_datasets, open_manifest
+    from .engine import resolve_device
+    from .modeling import build_run_model
+
+    outdir = Path(outdir)
+    cfg = resolve_run_config(load_run_config(outdir / "config.yaml"))
+    mpath = outdir / "metrics.json"
+    record = json.loads(mpath.read_text()) if mpath.is_file() else {}
+    if record.get("status") == "diverged":
+        log.info("%s: the run diverged; its recorded metrics are kept", outdir)
+        return record
+    emb_path = outdir / EMBEDDINGS_FILE
+    if not emb_path.is_file():
+        ckdir = outdir / "checkpoints"
+        if cfg["eval"]["select"] == "best_test" and (ckdir / BEST_MODEL_FILE).is_file():
+            state = read_checkpoint(ckdir / BEST_MODEL_FILE)
+            model_state, epoch = state["model"], state["epoch"]
+        else:
+            found = load_latest(ckdir)
+            if found is None or found[0]["position"]["epoch"] <= cfg["epochs"]:
+                raise FileNotFoundError(f"{outdir}: no {EMBEDDINGS_FILE} and no final checkpoint; "
+                                        f"run `dmlrepro train {outdir / 'config.yaml'} {outdir}` first")
+            model_state, epoch = found[0]["model"], cfg["epochs"]
+        dev = resolve_device(device or cfg["device"])
+        model = build_run_model(cfg)
+        model.load_state_dict(model_state)
+        model.to(dev)
+        manifest = open_manifest(cfg["dataset"])
+        _, test_ds, _ = build_datasets(cfg["dataset"], manifest, model)
+        emb, labels, rows = compute_embeddings(model, test_ds, batch_size=cfg["dataset"]["eval_batch_size"],
+                                               device=dev, num_workers=cfg["num_workers"],
+                                               progress=bool(progress))
+        save_embeddings(emb_path, emb, labels, rows, split=cfg["dataset"]["test_split"],
+                        meta={"epoch": int(epoch), "select": cfg["eval"]["select"], "source": "evaluate_run"})
+        record.setdefault("epoch", int(epoch))
+    keep = {k: v for k, v in record.items() if k not in ("metrics", "num_items", "num_queries",
+                                                          "num_excluded_queries", "embeddings_file")}
+    keep.setdefault("status", "completed")
+    return final_metrics(outdir, cfg, keep)

@@ -1,0 +1,107 @@
+"""Optimizer with named parameter groups, the lr of each group per epoch, and trainability.
+
+Groups (``config.GROUPS``): ``backbone`` (the trunk), ``head`` (pooling + embedding head),
+``loss`` (the loss's own parameters: proxies, class weights). Each group's lr at epoch e
+(1-based) is a pure function of the config and e:
+
+    lr_g(e) = base_lr(phase) * lr_mult_g(phase) * schedule(e)
+
+phase 2 ("followup", RSW) covers the last ``followup.epochs`` epochs and replaces ``base_lr``
+by ``followup.lr`` and the multipliers given in ``followup.lr_mult``; ``schedule`` is 1 (none),
+``gamma ** ((e-1) // step)`` (step; torch's StepLR stepped once per epoch) or
+``r + (1-r) (1 + cos(pi (e-1) / E)) / 2`` (cosine, r = min_lr_ratio). Being a function of the
+epoch, the schedule needs no state of its own to resume.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from .config import GROUPS
+
+
+def named_groups(model: nn.Module, loss: nn.Module) -> dict[str, list[nn.Parameter]]:
+    from dmlrepro.models import parameter_groups
+
+    groups = {g["name"]: list(g["params"]) for g in parameter_groups(model)}
+    groups["loss"] = list(loss.parameters())
+    return {name: groups.get(name, []) for name in GROUPS}
+
+
+def in_followup(cfg: dict[str, Any], epoch: int) -> bool:
+    return cfg["followup"]["epochs"] > 0 and epoch > cfg["epochs"] - cfg["followup"]["epochs"]
+
+
+def schedule_factor(cfg: dict[str, Any], epoch: int) -> float:
+    s = cfg["schedule"]
+    if s["name"] == "step":
+        return float(s["gamma"]) ** ((epoch - 1) // s["step"])
+    if s["name"] == "cosine":
+        r = s["min_lr_ratio"]
+        return r + (1 - r) * 0.5 * (1 + math.cos(math.pi * (epoch - 1) / cfg["epochs"]))
+    return 1.0
+
+
+def group_lrs(cfg: dict[str, Any], epoch: int) -> dict[str, float]:
+    o, f = cfg["optimizer"], cfg["followup"]
+    base, mult = o["lr"], dict(o["lr_mult"])
+    if in_followup(cfg, epoch):
+        if f["lr"] is not None:
+            base = f["lr"]
+        mult.update(f["lr_mult"])
+    factor = schedule_factor(cfg, epoch)
+    return {g: base * mult[g] * factor for g in GROUPS}
+
+
+def build_optimizer(cfg: dict[str, Any], groups: dict[str, list[nn.Parameter]]) -> torch.optim.Optimizer:
+    o = cfg["optimizer"]
+    lrs = group_lrs(cfg, 1)
+    param_groups = [
+        {"name": g, "params": params, "lr": lrs[g], "weight_decay": o["weight_decay"] * o["wd_mult"][g]}
+        for g, params in groups.items() if params
+    ]
+    kw: dict[str, Any] = {}
+    if o["eps"] is not None:
+        kw["eps"] = o["eps"]
+    name = o["name"]
+    if name == "adam":
+        return torch.optim.Adam(param_groups, lr=o["lr"], betas=tuple(o["betas"]), **kw)
+    if name == "adamw":
+        return torch.optim.AdamW(param_groups, lr=o["lr"], betas=tuple(o["betas"]), **kw)
+    if name == "rmsprop":
+        return torch.optim.RMSprop(param_groups, lr=o["lr"], alpha=o["alpha"], momentum=o["momentum"], **kw)
+    if name == "sgd":
+        return torch.optim.SGD(param_groups, lr=o["lr"], momentum=o["momentum"], nesterov=o["nesterov"])
+    raise AssertionError(name)  # resolve_run_config checked the name
+
+
+def set_lrs(optimizer: torch.optim.Optimizer, lrs: dict[str, float]) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lrs[group["name"]]
+
+
+def _bn_affine_ids(model: nn.Module) -> set[int]:
+    ids = set()
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            ids.update(id(p) for p in (m.weight, m.bias) if p is not None)
+    return ids
+
+
+def apply_trainability(cfg: dict[str, Any], model: nn.Module, loss: nn.Module, epoch: int) -> None:
+    """``requires_grad`` of every parameter at ``epoch``: the backbone is frozen during the
+    warm-up epochs (Proxy-Anchor ``--warm``); BN affine parameters stay frozen with
+    ``bn_freeze.affine`` (until the end of warm-up if ``unfreeze_affine_after_warmup``)."""
+    warm = epoch <= cfg["warmup_epochs"]
+    bn = cfg["bn_freeze"]
+    affine_frozen = bn["affine"] and not (bn["unfreeze_affine_after_warmup"] and not warm)
+    bn_ids = _bn_affine_ids(model) if affine_frozen else set()
+    backbone_ids = {id(p) for p in model.backbone.parameters()}
+    for p in model.parameters():
+        p.requires_grad_(not (warm and id(p) in backbone_ids) and id(p) not in bn_ids)
+    for p in loss.parameters():
+        p.requires_grad_(True)
