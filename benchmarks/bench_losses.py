@@ -64,7 +64,7 @@ def batches(num_classes, batch_size, dim, steps, seed):
 def run_method(name, scale, args):
     torch.manual_seed(0)
     kwargs = {"proxies_per_class": scale["proxies_per_class"], "delta": args.delta, "alpha": args.alpha,
-              "pair_search": args.pair_search} if name == "pfml" else {}
+              "pair_search": args.pair_search, "skin": args.skin} if name == "pfml" else {}
     times, rows, pairs = [], [], []
     with PeakRSS() as memory:
         loss = build_loss(name, scale["num_classes"], args.dim, **kwargs)
@@ -104,6 +104,7 @@ def main(argv=None):
     parser.add_argument("--delta", type=float, default=0.2)
     parser.add_argument("--alpha", type=float, default=4.0)
     parser.add_argument("--pair-search", default="auto", choices=["auto", "dense", "neighbour"])
+    parser.add_argument("--skin", type=float, default=None, help="PFML neighbour-list skin (default: δ/10)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)

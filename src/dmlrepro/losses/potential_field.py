@@ -66,7 +66,7 @@ class PotentialFieldLoss(nn.Module):
         pair_search: "dense" (every pair), "neighbour" (near pairs only, exact), or "auto"
             (near pairs only in blocks of more than 2^14 pairs).
         skin: least distance a proxy may move before its neighbour-list row is searched again;
-            None means δ_rep / 4 (see `neighbour_list.py`).
+            None means δ_rep / 10 (see `neighbour_list.py`; measured in docs/losses.md).
         search_dtype: precision of the no-grad near-pair searches (bfloat16; float32 on CPUs
             without fast bfloat16). Rounding is bounded, so results stay exact either way.
     """
@@ -93,7 +93,7 @@ class PotentialFieldLoss(nn.Module):
         self.register_buffer("proxy_labels", torch.arange(num_classes).repeat_interleave(proxies_per_class),
                              persistent=False)
         self.search_dtype = search_dtype
-        self._neighbours = NeighbourList(self.delta_rep, self.delta_rep / 4 if skin is None else skin,
+        self._neighbours = NeighbourList(self.delta_rep, self.delta_rep / 10 if skin is None else skin,
                                          search_dtype=search_dtype)
         self.last_terms: dict[str, torch.Tensor] = {}
 
