@@ -187,6 +187,9 @@ class PotentialFieldLoss(nn.Module):
         if sparse_pp:
             first, second = self._neighbours.pairs(q, labels)
             first, second = within(q, first, second, self.delta_rep)
+            # a canonical order: the sum must not depend on the list's history (bit-exact resume)
+            order = torch.argsort(first * q.shape[0] + second)
+            first, second = first[order], second[order]
         chunked = len(first) > PAIR_CHUNK
         index = [own, a] if chunked else [own, a, first, second]
         rows = q.index_select(0, torch.cat(index)).split([len(ix) for ix in index])
