@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from .clustering import nmi as nmi_score
-from .embeddings_io import load_embeddings, write_json_atomic
+from ..atomic import write_json_atomic
+from .embeddings_io import load_embeddings
 from .retrieval import DEFAULT_KS, compute_retrieval
 
 log = logging.getLogger(__name__)

@@ -22,11 +22,12 @@ import os
 import re
 import signal
 import struct
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from dmlrepro.atomic import atomic_open
 
 log = logging.getLogger(__name__)
 
@@ -86,25 +87,14 @@ def write_verified(path: str | os.PathLike, state: dict[str, Any]) -> Path:
     header = MAGIC + hashlib.sha256(payload).digest() + struct.pack("<Q", len(payload))
     _writes += 1
     kill_at = os.environ.get(ENV_KILL_IN_CHECKPOINT)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(header)
-            if kill_at and int(kill_at) == _writes:
-                f.write(payload[: len(payload) // 2])
-                f.flush()
-                os.fsync(f.fileno())
-                os.kill(os.getpid(), signal.SIGKILL)
-            f.write(payload)
+    with atomic_open(path, "wb") as f:
+        f.write(header)
+        if kill_at and int(kill_at) == _writes:  # test hook: die half-way through the write
+            f.write(payload[: len(payload) // 2])
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+            os.kill(os.getpid(), signal.SIGKILL)
+        f.write(payload)
     _fsync_dir(folder)
     return path
 

@@ -337,7 +337,6 @@ def resolve_run_config(partial: Mapping[str, Any] | None) -> dict:
     _group_map(cfg, "optimizer.lr_mult", require_all=True)
     _group_map(cfg, "optimizer.wd_mult", require_all=True)
 
-    s = cfg["schedule"]
     _choice(cfg, "schedule.name", SCHEDULES)
     _num(cfg, "schedule.step", lo=1, integer=True)
     _num(cfg, "schedule.gamma", lo=0, lo_open=True)

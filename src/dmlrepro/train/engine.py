@@ -28,6 +28,8 @@ from typing import Any
 import torch
 import yaml
 
+from dmlrepro.atomic import atomic_write_text, write_json_atomic
+
 from .checkpoint import load_latest, save_checkpoint, write_verified
 from .config import ConfigError, config_identity, dump_yaml, resolve_run_config
 from .data import SeededBatchSampler, SeededDataset, build_batch_sampler, build_datasets, loader_generator, open_manifest, worker_init
@@ -72,12 +74,6 @@ def _first_difference(a: Any, b: Any, prefix: str = "") -> str | None:
     return None if a == b else f"{prefix.rstrip('.')}: {a!r} (run directory) vs {b!r} (now)"
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    from dmlrepro.evaluation.embeddings_io import atomic_write
-
-    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
-
-
 def train_run(config: dict, outdir: str | os.PathLike, *, progress: bool | None = None) -> dict[str, Any]:
     """Train one run described by ``config`` (partial; resolved here) into ``outdir``.
 
@@ -98,7 +94,7 @@ def train_run(config: dict, outdir: str | os.PathLike, *, progress: bool | None 
         if diff:
             raise ConfigError(f"{outdir} holds a run with a different config ({diff}); "
                               f"use another output directory or delete this one")
-    _write_text_atomic(cfg_path, dump_yaml(cfg))
+    atomic_write_text(cfg_path, dump_yaml(cfg))
     mpath = outdir / "metrics.json"
     if mpath.is_file():
         record = json.loads(mpath.read_text())
@@ -316,7 +312,7 @@ class _Trainer:
             w.writerow([r["epoch"], r["phase"], r["steps"], "" if r["loss"] is None else repr(float(r["loss"])),
                         *[repr(lrs[n]) if n in lrs else "" for n in names], f"{r['seconds']:.3f}",
                         "" if not m else repr(m["recall@1"])])
-        _write_text_atomic(self.outdir / "train_log.csv", buf.getvalue())
+        atomic_write_text(self.outdir / "train_log.csv", buf.getvalue())
 
     def _last_finite(self) -> tuple[int | None, dict[str, float]]:
         for r in reversed(self.pos["history"]):
@@ -348,7 +344,6 @@ class _Trainer:
         return res
 
     def _finish_diverged(self, info: dict[str, Any]) -> dict[str, Any]:
-        from dmlrepro.evaluation import write_json_atomic
 
         pos = self.pos
         loss_mean = float("nan") if info["what"] != "embeddings" else pos["epoch_loss_sum"] / max(pos["epoch_steps"], 1)

@@ -56,7 +56,8 @@ def embedding_metrics(emb: np.ndarray, labels: np.ndarray, cfg: dict[str, Any]) 
 
 def final_metrics(outdir: Path, cfg: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """metrics.json content from the saved embeddings, merged with the run's record ``extra``."""
-    from dmlrepro.evaluation import evaluate_embeddings_file, write_json_atomic
+    from dmlrepro.atomic import write_json_atomic
+    from dmlrepro.evaluation import evaluate_embeddings_file
 
     e = cfg["eval"]
     res = evaluate_embeddings_file(outdir / EMBEDDINGS_FILE, None, ks=tuple(e["ks"]), distance=e["distance"],
