@@ -12,6 +12,7 @@ COMMANDS = {
     "fetch-weights": ("dmlrepro.models.cli", "main", [], "put pretrained backbone weights into the local cache"),
     "train": ("dmlrepro.train.cli", "train_main", [], "train one run: RUN_CONFIG OUTDIR (resumes if interrupted)"),
     "evaluate": ("dmlrepro.train.cli", "evaluate_main", [], "(re)compute a run's metrics: OUTDIR"),
+    "launch": ("dmlrepro.train.cli", "launch_main", [], "submit one run to SLURM via submitit (single runs outside the DAG)"),
     "runs": ("dmlrepro.runs", "main", [], "list the runs the workflow's experiments resolve to (--experiment NAME)"),
     "losses": ("dmlrepro.cli", "losses_main", [], "list the losses that config can name"),
 }
