@@ -10,7 +10,7 @@ proxies into one set of points, eq. (6) is the sum over ordered pairs a ≠ b of
 (the constant self terms ψ_att(0) are left out; they carry no gradient).
 
 Both potentials are constant beyond their δ: a different-class pair farther apart than δ_rep adds
-ψ_rep(δ_rep) and no gradient. With `pair_search="neighbour"` the different-class terms are
+ψ_rep(δ_rep) and no gradient. With `pair_search="neighbour"` (and "auto" on large blocks) the different-class terms are
 therefore evaluated as (count · ψ_rep(δ_rep)) + Σ_near (ψ_rep(d) − ψ_rep(δ_rep)), where the near
 pairs come from a no-grad search (sample–proxy) and a Verlet neighbour list (proxy–proxy). The
 value and gradients equal the dense evaluation up to floating-point rounding.
@@ -30,13 +30,14 @@ from .distances import (lowp_rounding_bound, lowp_threshold, paired_distances, p
 from .neighbour_list import NeighbourList
 
 PAIR_SEARCH_MODES = ("auto", "dense", "neighbour")
-# "auto" evaluates a block densely up to this many pairs (measured on 2 CPU cores, benchmarks/bench_losses.py)
+# "auto" evaluates a block densely up to this many pairs; beyond, near pairs only (at CUB scale on 2 CPU
+# cores the dense step took 361 ms and the near-pair step 14 ms, benchmarks/bench_losses.py)
 DENSE_PROXY_PAIRS = 2**14
 DENSE_SAMPLE_PROXY_PAIRS = 2**14
 PAIR_CHUNK = 2**16  # beyond this many near proxy pairs, evaluate them in checkpointed chunks (memory O(chunk·D))
 
 
-def within(points: torch.Tensor, first: torch.Tensor, second: torch.Tensor, radius: float, chunk: int = 1 << 16):
+def within(points: torch.Tensor, first: torch.Tensor, second: torch.Tensor, radius: float, chunk: int = PAIR_CHUNK):
     """The candidate pairs that are closer than `radius` now (plus a rounding margin), without autograd.
 
     Pairs beyond the radius add exactly the far-field constant and no gradient, so dropping them
