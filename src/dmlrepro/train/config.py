@@ -51,6 +51,7 @@ DEFAULTS: dict[str, Any] = {
         "params": {},  # passed to dmlrepro.data.prepare for embedded datasets (e.g. num_classes)
         "train_split": "train",
         "test_split": "test",
+        "gallery_split": None,  # In-Shop: test_split "query" retrieves from this split (query→gallery)
         "image_size": 32,
         "resize": None,  # eval resize (and train resize for train_crop: random); None = data default
         "resize_mode": "short",
@@ -295,6 +296,10 @@ def resolve_run_config(partial: Mapping[str, Any] | None) -> dict:
         d["label_noise_file"] = str(d["label_noise_file"])
     for key in ("train_split", "test_split"):
         _choice(cfg, f"dataset.{key}", ("train", "test", "query", "gallery"))
+    if d["gallery_split"] is not None:
+        _choice(cfg, "dataset.gallery_split", ("train", "test", "query", "gallery"))
+        if d["gallery_split"] == d["test_split"]:
+            raise _err("dataset.gallery_split", d["gallery_split"], "a split other than dataset.test_split, or null")
 
     m = cfg["model"]
     from dmlrepro.models import list_weights, resolve_backbone_name

@@ -96,6 +96,15 @@ def build_datasets(dcfg: dict[str, Any], manifest, model):
     return train, test, LabelMap(train.labels)
 
 
+def build_gallery(dcfg: dict[str, Any], manifest, model):
+    """The gallery of query→gallery evaluation (eval transform), or None without `dataset.gallery_split`."""
+    from dmlrepro.data import ManifestDataset
+
+    if dcfg["gallery_split"] is None:
+        return None
+    return ManifestDataset(manifest, split=dcfg["gallery_split"], transform=build_transforms(dcfg, model)[1])
+
+
 def build_batch_sampler(dcfg: dict[str, Any], train_ds, seed: int):
     from dmlrepro.data import MPerClassBatchSampler, RandomBatchSampler
 

@@ -32,8 +32,9 @@ from dmlrepro.atomic import atomic_write_text, write_json_atomic
 
 from .checkpoint import load_latest, save_checkpoint, write_verified
 from .config import ConfigError, config_identity, dump_yaml, resolve_run_config
-from .data import SeededBatchSampler, SeededDataset, build_batch_sampler, build_datasets, loader_generator, open_manifest, worker_init
-from .evaluate import BEST_MODEL_FILE, EMBEDDINGS_FILE, compute_embeddings, embedding_metrics, final_metrics
+from .data import (SeededBatchSampler, SeededDataset, build_batch_sampler, build_datasets, build_gallery, loader_generator,
+                   open_manifest, worker_init)
+from .evaluate import BEST_MODEL_FILE, EMBEDDINGS_FILE, GALLERY_FILE, compute_embeddings, embedding_metrics, final_metrics
 from .modeling import build_run_loss, build_run_model
 from .optim import apply_trainability, build_optimizer, group_lrs, in_followup, named_groups, set_lrs
 from .preemption import RunInterrupted, StopFlag
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
 BEST_EMBEDDINGS_FILE = "best_test.npz"
+BEST_GALLERY_FILE = "best_gallery.npz"
 
 
 def resolve_device(name: str) -> torch.device:
@@ -123,6 +125,7 @@ class _Trainer:
         self.model = build_run_model(cfg)
         manifest = open_manifest(cfg["dataset"])
         self.train_ds, self.test_ds, self.labelmap = build_datasets(cfg["dataset"], manifest, self.model)
+        self.gallery_ds = build_gallery(cfg["dataset"], manifest, self.model)
         # the loss's init (proxies) from its own stream: independent of whatever preparing the data did
         torch.manual_seed(loss_seed(cfg["seed"]))
         self.loss = build_run_loss(cfg, len(self.labelmap), self.model.embedding_size)
@@ -281,24 +284,30 @@ class _Trainer:
         from dmlrepro.evaluation import save_embeddings
 
         cfg = self.cfg
-        emb, labels, rows = compute_embeddings(self.model, self.test_ds, batch_size=cfg["dataset"]["eval_batch_size"],
-                                               device=self.device, num_workers=cfg["num_workers"],
-                                               amp_dtype=self.amp_dtype, progress=self.progress,
-                                               desc=f"eval epoch {epoch}")
-        metrics = embedding_metrics(emb, labels, cfg)
+        sets = [(self.test_ds, cfg["dataset"]["test_split"], EMBEDDINGS_FILE, BEST_EMBEDDINGS_FILE)]
+        if self.gallery_ds is not None:
+            sets.append((self.gallery_ds, cfg["dataset"]["gallery_split"], GALLERY_FILE, BEST_GALLERY_FILE))
+        embedded = [compute_embeddings(self.model, ds, batch_size=cfg["dataset"]["eval_batch_size"],
+                                       device=self.device, num_workers=cfg["num_workers"], amp_dtype=self.amp_dtype,
+                                       progress=self.progress, desc=f"eval {split} epoch {epoch}")
+                    for ds, split, _, _ in sets]
+        (emb, labels, _), gallery = embedded[0], embedded[1][:2] if len(embedded) > 1 else None
+        metrics = embedding_metrics(emb, labels, cfg, gallery)
         if metrics is None:
             return None
-        split = cfg["dataset"]["test_split"]
+
+        def save(folder: Path, best: bool, meta: dict) -> None:
+            for (_, split, name, best_name), (e, y, rows) in zip(sets, embedded):
+                save_embeddings(folder / (best_name if best else name), e, y, rows, split=split, meta=meta)
+
         if cfg["eval"]["select"] == "best_test" and epoch > 0:
             best = self.pos["best"]
             if best is None or metrics["recall@1"] > best["recall@1"]:
                 self.pos["best"] = {"epoch": epoch, "recall@1": metrics["recall@1"]}
-                save_embeddings(self.ckdir / BEST_EMBEDDINGS_FILE, emb, labels, rows, split=split,
-                                meta={"epoch": epoch, "select": "best_test"})
+                save(self.ckdir, True, {"epoch": epoch, "select": "best_test"})
                 write_verified(self.ckdir / BEST_MODEL_FILE, {"epoch": epoch, "model": self.model.state_dict()})
         elif epoch == cfg["epochs"]:
-            save_embeddings(self.outdir / EMBEDDINGS_FILE, emb, labels, rows, split=split,
-                            meta={"epoch": epoch, "select": "last"})
+            save(self.outdir, False, {"epoch": epoch, "select": "last"})
         return metrics
 
     def _write_log(self) -> None:
@@ -332,9 +341,9 @@ class _Trainer:
 
         emb_path = self.outdir / EMBEDDINGS_FILE
         if self.cfg["eval"]["select"] == "best_test":
-            best = self.ckdir / BEST_EMBEDDINGS_FILE
-            if best.is_file():
-                os.replace(best, emb_path)
+            for best, final in ((BEST_GALLERY_FILE, GALLERY_FILE), (BEST_EMBEDDINGS_FILE, EMBEDDINGS_FILE)):
+                if (self.ckdir / best).is_file():  # the queries' file last: its presence marks both moved
+                    os.replace(self.ckdir / best, self.outdir / final)
         if not emb_path.is_file():  # pragma: no cover - killed between the final eval and its save
             raise FileNotFoundError(f"{emb_path} is missing; run `dmlrepro evaluate {self.outdir}`")
         epoch = int(load_embeddings(emb_path).meta.get("epoch", self.cfg["epochs"]))

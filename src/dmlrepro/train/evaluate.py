@@ -13,7 +13,8 @@ from torch.utils.data import DataLoader
 
 log = logging.getLogger(__name__)
 
-EMBEDDINGS_FILE = "embeddings_test.npz"
+EMBEDDINGS_FILE = "embeddings_test.npz"  # the test split (the queries, with a gallery)
+GALLERY_FILE = "embeddings_gallery.npz"  # dataset.gallery_split (query→gallery evaluation, In-Shop)
 BEST_MODEL_FILE = "best_model.pt"
 
 
@@ -41,14 +42,19 @@ def compute_embeddings(model, ds, *, batch_size: int, device: torch.device, num_
     return emb, torch.cat(labels).numpy(), np.asarray(ds.rows, dtype=np.int64)
 
 
-def embedding_metrics(emb: np.ndarray, labels: np.ndarray, cfg: dict[str, Any]) -> dict[str, float] | None:
-    """Retrieval metrics (+ NMI) on the given embeddings; None if any value is not finite."""
-    from dmlrepro.evaluation import nmi, retrieval_metrics
+def embedding_metrics(emb: np.ndarray, labels: np.ndarray, cfg: dict[str, Any],
+                      gallery: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, float] | None:
+    """Retrieval metrics (+ NMI) on the given embeddings, or of the queries `emb` against
+    `gallery` = (embeddings, labels); None if any value is not finite."""
+    from dmlrepro.evaluation import nmi, retrieval_metrics, retrieval_metrics_query_gallery
 
-    if not np.isfinite(emb).all():
+    if not np.isfinite(emb).all() or (gallery is not None and not np.isfinite(gallery[0]).all()):
         return None
     e = cfg["eval"]
-    metrics = dict(retrieval_metrics(emb, labels, ks=tuple(e["ks"]), distance=e["distance"]))
+    if gallery is None:
+        metrics = dict(retrieval_metrics(emb, labels, ks=tuple(e["ks"]), distance=e["distance"]))
+    else:
+        metrics = dict(retrieval_metrics_query_gallery(emb, labels, *gallery, ks=tuple(e["ks"]), distance=e["distance"]))
     if e["nmi"]:
         metrics["nmi"] = float(nmi(emb, labels, seed=cfg["seed"]))
     return metrics
@@ -60,8 +66,9 @@ def final_metrics(outdir: Path, cfg: dict[str, Any], extra: dict[str, Any]) -> d
     from dmlrepro.evaluation import evaluate_embeddings_file
 
     e = cfg["eval"]
+    gallery = outdir / GALLERY_FILE if cfg["dataset"]["gallery_split"] else None
     res = evaluate_embeddings_file(outdir / EMBEDDINGS_FILE, None, ks=tuple(e["ks"]), distance=e["distance"],
-                                   nmi=e["nmi"], nmi_seed=cfg["seed"])
+                                   nmi=e["nmi"], nmi_seed=cfg["seed"], gallery_path=gallery)
     res.update(extra)
     write_json_atomic(outdir / "metrics.json", res)
     return res
@@ -76,7 +83,7 @@ def evaluate_run(outdir, *, device: str | None = None, progress: bool | None = N
 
     from .checkpoint import load_latest, read_checkpoint
     from .config import load_run_config, resolve_run_config
-    from .data import build_datasets, open_manifest
+    from .data import build_datasets, build_gallery, open_manifest
     from .engine import resolve_device
     from .modeling import build_run_model
 
@@ -105,11 +112,16 @@ def evaluate_run(outdir, *, device: str | None = None, progress: bool | None = N
         model.to(dev)
         manifest = open_manifest(cfg["dataset"])
         _, test_ds, _ = build_datasets(cfg["dataset"], manifest, model)
-        emb, labels, rows = compute_embeddings(model, test_ds, batch_size=cfg["dataset"]["eval_batch_size"],
-                                               device=dev, num_workers=cfg["num_workers"],
-                                               progress=bool(progress))
-        save_embeddings(emb_path, emb, labels, rows, split=cfg["dataset"]["test_split"],
-                        meta={"epoch": int(epoch), "select": cfg["eval"]["select"], "source": "evaluate_run"})
+        meta = {"epoch": int(epoch), "select": cfg["eval"]["select"], "source": "evaluate_run"}
+        sets = [(test_ds, emb_path, cfg["dataset"]["test_split"])]
+        gallery_ds = build_gallery(cfg["dataset"], manifest, model)
+        if gallery_ds is not None:
+            sets.append((gallery_ds, outdir / GALLERY_FILE, cfg["dataset"]["gallery_split"]))
+        for ds, path, split in sets:
+            emb, labels, rows = compute_embeddings(model, ds, batch_size=cfg["dataset"]["eval_batch_size"],
+                                                   device=dev, num_workers=cfg["num_workers"],
+                                                   progress=bool(progress))
+            save_embeddings(path, emb, labels, rows, split=split, meta=meta)
         record.setdefault("epoch", int(epoch))
     keep = {k: v for k, v in record.items() if k not in ("metrics", "num_items", "num_queries",
                                                           "num_excluded_queries", "embeddings_file")}
