@@ -93,3 +93,28 @@ def test_every_name_builds():
         zr = z.clone().requires_grad_()
         loss(zr, y).backward()
         assert torch.isfinite(zr.grad).all(), name
+
+
+@pytest.mark.parametrize("name,kwargs,per_class,normalised", [
+    ("pfml", {"proxies_per_class": 3}, 3, False), ("pfml", {"proxies_per_class": 2, "normalize_proxies": True}, 2, True),
+    ("rsw", {"alpha": 1.0, "k1": 0.5, "k2": 1.5}, 1, False), ("proxy_anchor", {}, 1, True), ("proxy_nca", {}, 1, True),
+    ("soft_triple", {"centers_per_class": 4}, 4, True), ("normalized_softmax", {}, 1, True), ("arcface", {}, 1, True),
+])
+def test_proxy_points_layout_and_space(name, kwargs, per_class, normalised):
+    from dmlrepro.losses import proxy_points
+
+    loss = build_loss(name, NUM_CLASSES, DIM, **kwargs)
+    points, labels = proxy_points(loss)
+    assert points.shape == (NUM_CLASSES * per_class, DIM)
+    assert torch.equal(labels, torch.arange(NUM_CLASSES).repeat_interleave(per_class))
+    norms = points.norm(dim=1)
+    assert torch.allclose(norms, torch.ones_like(norms)) == normalised
+    if name == "soft_triple":  # centre k of class c is column c·K + k, as PML's get_logits reshapes it
+        torch.testing.assert_close(points[1 * per_class + 2], torch.nn.functional.normalize(loss.fc[:, 6], dim=0))
+
+
+def test_losses_without_proxies_say_so():
+    from dmlrepro.losses import proxy_points
+
+    with pytest.raises(ValueError, match="no proxies"):
+        proxy_points(build_loss("triplet", NUM_CLASSES, DIM))

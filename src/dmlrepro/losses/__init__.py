@@ -7,6 +7,7 @@ from torch import nn
 from .baselines import BASELINES, MinedLoss, ProxyNCAPaperLoss, build_baseline
 from .cpml import CPMLLoss
 from .pfml import PFMLLoss
+from .proxies import proxy_points
 from .rsw import RSW_FUNCTIONS, RSWLoss
 
 PAPER_LOSSES = {"pfml": PFMLLoss, "cpml": CPMLLoss, "rsw": RSWLoss}
@@ -30,4 +31,4 @@ def build_loss(name: str, num_classes: int, embedding_size: int, **hparams) -> n
 
 
 __all__ = ["BASELINES", "CPMLLoss", "LOSS_NAMES", "MinedLoss", "PFMLLoss", "ProxyNCAPaperLoss", "RSWLoss",
-           "RSW_FUNCTIONS", "build_loss"]
+           "RSW_FUNCTIONS", "build_loss", "proxy_points"]

@@ -20,15 +20,16 @@ def aggregate_runs(records: Iterable[Mapping[str, Any]], metrics: list[str]) -> 
     """One row per (method, dataset, sweep point): `<metric>_mean`, `<metric>_std`, seeds, diverged.
 
     Each record holds `method`, `dataset`, `sweep` (a mapping), `seed` and `result` (the run's
-    metrics.json content: `status` and `metrics`)."""
+    metrics.json content: `status`, `metrics` and, where asked for, `proxy_metrics`)."""
     rows = []
     for record in records:
         result = record["result"]
         row = {"method": record["method"], "dataset": record["dataset"],
                "sweep": ", ".join(f"{k}={v}" for k, v in sorted(record["sweep"].items())),
                "seed": record["seed"], "diverged": result.get("status") == "diverged"}
+        measured = {**(result.get("proxy_metrics") or {}), **(result.get("metrics") or {})}
         for metric in metrics:
-            value = (result.get("metrics") or {}).get(metric)
+            value = measured.get(metric)
             row[metric] = float("nan") if value is None or row["diverged"] else float(value)
         rows.append(row)
     frame = pd.DataFrame(rows)

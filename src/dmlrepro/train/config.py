@@ -42,6 +42,7 @@ SCHEDULES = ("none", "step", "cosine")
 SAMPLERS = ("random", "m_per_class")
 SELECT = ("last", "best_test")
 DISTANCES = ("cosine", "euclidean")
+PROXY_METRICS = ("w2", "avg_dtp")
 
 DEFAULTS: dict[str, Any] = {
     "dataset": {
@@ -113,6 +114,8 @@ DEFAULTS: dict[str, Any] = {
         "distance": "cosine",
         "select": "last",  # last | best_test (by test recall@1; diagnostic, as in Proxy-Anchor's code)
         "nmi": False,
+        "proxy_metrics": [],  # after training, on the train split: "w2" (PFML Table 3), "avg_dtp" (RSW Table III)
+        "w_power": 1,  # W₂ as printed (mean distance, 1) or a true W₂ (2): specs/pfml.md §4.4
     },
     "checkpoint": {"keep": 2},
     "divergence": {"check_grads": True},
@@ -392,6 +395,12 @@ def resolve_run_config(partial: Mapping[str, Any] | None) -> dict:
     _choice(cfg, "eval.select", SELECT)
     if e["select"] == "best_test" and e["every"] == 0:
         raise _err("eval.every", 0, "a positive interval when eval.select is best_test")
+    if not (isinstance(e["proxy_metrics"], (list, tuple)) and set(e["proxy_metrics"]) <= set(PROXY_METRICS)):
+        raise _err("eval.proxy_metrics", e["proxy_metrics"], f"a list of {PROXY_METRICS}")
+    if e["proxy_metrics"] and e["select"] != "last":
+        raise _err("eval.proxy_metrics", e["proxy_metrics"], "an empty list with eval.select best_test (they "
+                   "describe the final proxies)")
+    _choice(cfg, "eval.w_power", (1, 2))
 
     _num(cfg, "checkpoint.keep", lo=1, integer=True)
     _bool(cfg, "divergence.check_grads")

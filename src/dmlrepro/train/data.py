@@ -105,6 +105,13 @@ def build_gallery(dcfg: dict[str, Any], manifest, model):
     return ManifestDataset(manifest, split=dcfg["gallery_split"], transform=build_transforms(dcfg, model)[1])
 
 
+def build_train_eval(dcfg: dict[str, Any], manifest, model):
+    """The training split with the eval transform (no augmentation), for proxy–data measures."""
+    from dmlrepro.data import ManifestDataset
+
+    return ManifestDataset(manifest, split=dcfg["train_split"], transform=build_transforms(dcfg, model)[1])
+
+
 def build_batch_sampler(dcfg: dict[str, Any], train_ds, seed: int):
     from dmlrepro.data import MPerClassBatchSampler, RandomBatchSampler
 

@@ -32,7 +32,8 @@ from dmlrepro.atomic import atomic_write_text, write_json_atomic
 
 from .checkpoint import load_latest, save_checkpoint, write_verified
 from .config import ConfigError, config_identity, dump_yaml, resolve_run_config
-from .data import (SeededBatchSampler, SeededDataset, build_batch_sampler, build_datasets, build_gallery, loader_generator,
+from .data import (SeededBatchSampler, SeededDataset, build_batch_sampler, build_datasets, build_gallery, build_train_eval,
+                   loader_generator,
                    open_manifest, worker_init)
 from .evaluate import BEST_MODEL_FILE, EMBEDDINGS_FILE, GALLERY_FILE, compute_embeddings, embedding_metrics, final_metrics
 from .modeling import build_run_loss, build_run_model
@@ -123,12 +124,13 @@ class _Trainer:
 
         seed_everything(cfg["seed"])  # model init from the run's seed (a bad model config fails before the data)
         self.model = build_run_model(cfg)
-        manifest = open_manifest(cfg["dataset"])
+        self.manifest = manifest = open_manifest(cfg["dataset"])
         self.train_ds, self.test_ds, self.labelmap = build_datasets(cfg["dataset"], manifest, self.model)
         self.gallery_ds = build_gallery(cfg["dataset"], manifest, self.model)
         # the loss's init (proxies) from its own stream: independent of whatever preparing the data did
         torch.manual_seed(loss_seed(cfg["seed"]))
         self.loss = build_run_loss(cfg, len(self.labelmap), self.model.embedding_size)
+        self._check_proxy_metrics()
         self.model.to(self.device)
         self.loss.to(self.device)
         self.labelmap.table = self.labelmap.table.to(self.device)
@@ -310,6 +312,40 @@ class _Trainer:
             save(self.outdir, False, {"epoch": epoch, "select": "last"})
         return metrics
 
+    def _check_proxy_metrics(self) -> None:
+        from dmlrepro.losses import proxy_points
+
+        wanted = self.cfg["eval"]["proxy_metrics"]
+        if not wanted:
+            return
+        try:
+            _, labels = proxy_points(self.loss)
+        except ValueError as error:
+            raise ConfigError(f"run config: eval.proxy_metrics = {wanted!r}: {error}") from None
+        if "avg_dtp" in wanted and len(labels) != len(self.labelmap):
+            raise ConfigError(f"run config: eval.proxy_metrics = {wanted!r}: avg_dtp needs one proxy per class, "
+                              f"loss {self.cfg['loss']['name']!r} has {len(labels)} for {len(self.labelmap)} classes")
+
+    def _proxy_metrics(self) -> dict[str, float]:
+        """W₂ (PFML Table 3) and AvgDTP (RSW Table III) of the final proxies against the training split,
+        embedded with the eval transform (specs/pfml.md §4.4, rsw.md §2.2)."""
+        from dmlrepro.evaluation import avg_dtp, proxy_data_w2
+        from dmlrepro.losses import proxy_points
+
+        cfg = self.cfg
+        ds = build_train_eval(cfg["dataset"], self.manifest, self.model)
+        emb, labels, _ = compute_embeddings(self.model, ds, batch_size=cfg["dataset"]["eval_batch_size"],
+                                            device=self.device, num_workers=cfg["num_workers"],
+                                            amp_dtype=self.amp_dtype, progress=self.progress, desc="embed train")
+        labels = self.labelmap(torch.as_tensor(labels)).numpy()
+        proxies, proxy_labels = (t.cpu().numpy() for t in proxy_points(self.loss))
+        out = {}
+        if "w2" in cfg["eval"]["proxy_metrics"]:
+            out["w2"] = proxy_data_w2(emb, labels, proxies, proxy_labels, w_power=cfg["eval"]["w_power"])
+        if "avg_dtp" in cfg["eval"]["proxy_metrics"]:
+            out["avg_dtp"] = avg_dtp(emb, labels, proxies, proxy_labels)
+        return out
+
     def _write_log(self) -> None:
         names = [g["name"] for g in self.optimizer.param_groups]
         buf = io.StringIO()
@@ -348,6 +384,8 @@ class _Trainer:
             raise FileNotFoundError(f"{emb_path} is missing; run `dmlrepro evaluate {self.outdir}`")
         epoch = int(load_embeddings(emb_path).meta.get("epoch", self.cfg["epochs"]))
         extra = {"status": "completed", "epoch": epoch, "diverged_at": None, **self._common()}
+        if self.cfg["eval"]["proxy_metrics"]:
+            extra["proxy_metrics"] = self._proxy_metrics()
         res = final_metrics(self.outdir, self.cfg, extra)
         _say(f"completed: epoch {epoch} test recall@1 = {res['metrics']['recall@1']:.4f} ({self.outdir})")
         return res

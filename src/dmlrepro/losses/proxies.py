@@ -1,0 +1,36 @@
+"""Where a proxy loss keeps its proxies, as points of the space its distances live in.
+
+Used by the proxy–data measures of PFML Table 3 (W₂) and RSW Table III (AvgDTP): PFML/CPML use
+their proxies raw (normalised with `normalize_proxies`), RSW raw; the cosine losses of PML
+(Proxy-Anchor, ProxyNCA, SoftTriple, normalised softmax, ArcFace, CosFace) on the unit sphere
+(specs/pfml.md §4.4, "Which space").
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from pytorch_metric_learning import losses as pml
+
+from .potential_field import PotentialFieldLoss
+from .rsw import RSWLoss
+
+
+def proxy_points(loss: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """(P, D) proxies and the (P,) class of each, detached; ValueError for a loss without proxies."""
+    with torch.no_grad():
+        if isinstance(loss, PotentialFieldLoss):
+            points = F.normalize(loss.proxies, dim=-1) if loss.normalize_proxies else loss.proxies
+            return points.detach().clone(), loss.proxy_labels.clone()
+        if isinstance(loss, RSWLoss):
+            return loss.proxies.detach().clone(), torch.arange(loss.num_classes, device=loss.proxies.device)
+        if isinstance(loss, (pml.ProxyAnchorLoss, pml.ProxyNCALoss)):
+            points, per_class = loss.proxies, 1
+        elif isinstance(loss, pml.SoftTripleLoss):  # column c·K + k of fc is centre k of class c
+            points, per_class = loss.fc.t(), loss.centers_per_class
+        elif isinstance(loss, (pml.NormalizedSoftmaxLoss, pml.ArcFaceLoss, pml.CosFaceLoss)):
+            points, per_class = loss.W.t(), 1
+        else:
+            raise ValueError(f"loss {type(loss).__name__} has no proxies")
+        labels = torch.arange(points.shape[0] // per_class, device=points.device).repeat_interleave(per_class)
+        return F.normalize(points, dim=-1).detach().clone(), labels
