@@ -47,7 +47,11 @@ def test_every_experiment_table_is_built(finished):
         assert sorted(row["sweep"] for row in csv.DictReader(handle)) == ["loss.hparams.alpha=2.0",
                                                                          "loss.hparams.alpha=4.0"]
     runs = sorted(p.name for p in (finished / "results/runs").iterdir())
-    assert len(runs) == 3  # alpha = 4 is the table's pfml run
+    assert len(runs) == 4  # alpha = 4 is the table's pfml run; the noisy pfml run is a run of its own
+    noise = finished / "data/synthetic/label_noise/rate0.25_seed3_other.csv"
+    with open(noise) as handle:
+        rows = list(csv.DictReader(handle))
+    assert sum(row["label"] != row["noisy_label"] for row in rows) == round(0.25 * len(rows))
     for run in runs:
         assert (finished / "results/runs" / run / "config.yaml").is_file()
         assert (finished / "results/logs/train" / f"{run}.log").is_file()

@@ -4,6 +4,7 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from dmlrepro.runs import canonical, dataset_parameters, experiment_runs, resolve_runs
+from dmlrepro.train.data import label_noise_path
 
 validate(config, "../schemas/config.schema.yaml")
 
@@ -21,8 +22,13 @@ def dataset_of(wildcards):
     return RUNS[wildcards.run].config["dataset"]
 
 
-def run_manifest(wildcards):
-    return f"{DATA}/{dataset_of(wildcards)['name']}/manifest.csv"
+def run_inputs(wildcards):
+    """The prepared dataset, and the seeded noisy labels when the run asks for label noise."""
+    dataset = dataset_of(wildcards)
+    inputs = {"manifest": f"{DATA}/{dataset['name']}/manifest.csv"}
+    if dataset["label_noise"] is not None:
+        inputs["label_noise"] = str(label_noise_path({**dataset, "root": DATA}))
+    return inputs
 
 
 def dataset_params(wildcards):

@@ -12,3 +12,18 @@ rule prepare_dataset:
         "Preparing dataset {wildcards.dataset}"
     script:
         "../scripts/prepare_dataset.py"
+
+
+rule label_noise:
+    input:
+        manifest=rules.prepare_dataset.output.manifest,
+    output:
+        labels=f"{DATA}/{{dataset}}/label_noise/rate{{rate}}_seed{{seed}}_{{mode}}.csv",
+    log:
+        f"{RESULTS}/logs/label_noise/{{dataset}}_rate{{rate}}_seed{{seed}}_{{mode}}.log",
+    conda:
+        "../../envs/dmlrepro-cpu.yaml"
+    message:
+        "Corrupting {wildcards.rate} of the {wildcards.dataset} training labels (seed {wildcards.seed})"
+    script:
+        "../scripts/label_noise.py"

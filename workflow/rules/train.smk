@@ -1,6 +1,6 @@
 rule train:
     input:
-        manifest=run_manifest,
+        unpack(run_inputs),
     output:
         metrics=f"{RESULTS}/runs/{{run}}/metrics.json",
     log:

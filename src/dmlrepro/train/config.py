@@ -67,7 +67,8 @@ DEFAULTS: dict[str, Any] = {
         "length_before_new_iter": None,  # m_per_class: images per epoch (None = dataset size)
         "batch_size": 64,
         "eval_batch_size": 256,
-        "label_noise_file": None,
+        "label_noise_file": None,  # a noisy-label CSV (dmlrepro.data.write_noisy_labels) ...
+        "label_noise": None,  # ... or {rate, seed, mode}: PFML Table 2's seeded corruption of the train labels
     },
     "model": {
         "backbone": "tiny_cnn",
@@ -293,6 +294,18 @@ def resolve_run_config(partial: Mapping[str, Any] | None) -> dict:
     _num(cfg, "dataset.length_before_new_iter", lo=1, integer=True, allow_none=True)
     if d["sampler"] == "m_per_class" and d["batch_size"] % d["m"]:
         raise _err("dataset.batch_size", d["batch_size"], f"a multiple of dataset.m = {d['m']} (sampler m_per_class)")
+    if d["label_noise"] is not None:
+        noise = d["label_noise"]
+        if not isinstance(noise, Mapping) or set(noise) - {"rate", "seed", "mode"}:
+            raise _err("dataset.label_noise", noise, "null or a mapping with rate, seed and mode")
+        d["label_noise"] = noise = {"rate": 0.2, "seed": 0, "mode": "other", **noise}
+        _num(cfg, "dataset.label_noise.rate", lo=0)
+        if noise["rate"] > 1:
+            raise _err("dataset.label_noise.rate", noise["rate"], "a fraction in [0, 1]")
+        _num(cfg, "dataset.label_noise.seed", lo=0, integer=True)
+        _choice(cfg, "dataset.label_noise.mode", ("other", "any"))
+        if d["label_noise_file"] is not None:
+            raise _err("dataset.label_noise", noise, "null when dataset.label_noise_file is given")
     if d["label_noise_file"] is not None:
         if not isinstance(d["label_noise_file"], (str, os.PathLike)):
             raise _err("dataset.label_noise_file", d["label_noise_file"], "a CSV path or null")

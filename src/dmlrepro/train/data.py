@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -87,11 +88,30 @@ class LabelMap:
         return self.table.to(labels.device)[labels]
 
 
+def label_noise_path(dcfg: dict[str, Any]) -> Path:
+    """Where the seeded noisy labels of `dataset.label_noise` live: beside the dataset's manifest."""
+    n = dcfg["label_noise"]
+    return Path(dcfg["root"]) / dcfg["name"] / "label_noise" / f"rate{n['rate']:g}_seed{n['seed']}_{n['mode']}.csv"
+
+
+def noisy_labels(dcfg: dict[str, Any], manifest) -> str | None:
+    """The noisy-label file of the run, written first if missing (deterministic, atomic), or None."""
+    from dmlrepro.data import write_noisy_labels
+
+    if dcfg["label_noise"] is None:
+        return dcfg["label_noise_file"]
+    path = label_noise_path(dcfg)
+    if not path.is_file():
+        n = dcfg["label_noise"]
+        write_noisy_labels(manifest, path, seed=n["seed"], rate=n["rate"], mode=n["mode"], split=dcfg["train_split"])
+    return str(path)
+
+
 def build_datasets(dcfg: dict[str, Any], manifest, model):
     from dmlrepro.data import ManifestDataset
 
     train_tf, test_tf = build_transforms(dcfg, model)
-    train = ManifestDataset(manifest, split=dcfg["train_split"], transform=train_tf, label_override=dcfg["label_noise_file"])
+    train = ManifestDataset(manifest, split=dcfg["train_split"], transform=train_tf, label_override=noisy_labels(dcfg, manifest))
     test = ManifestDataset(manifest, split=dcfg["test_split"], transform=test_tf)
     return train, test, LabelMap(train.labels)
 
