@@ -12,6 +12,7 @@ DATA = config["data_root"]
 RESULTS = config["results"]
 EXPERIMENTS = list(config["experiments"])
 RUNS = resolve_runs(config)
+DATASET_PARAMS = dataset_parameters(RUNS)  # one preparation per dataset name
 
 
 def run_of(wildcards):
@@ -33,9 +34,6 @@ def run_inputs(wildcards):
 
 def dataset_params(wildcards):
     return DATASET_PARAMS.get(wildcards.dataset, {})
-
-
-DATASET_PARAMS = dataset_parameters(RUNS)
 
 
 def experiment_metrics(wildcards):
