@@ -29,7 +29,6 @@ import hashlib
 import os
 import shlex
 import sys
-import tempfile
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,6 +36,8 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+from dmlrepro.atomic import atomic_open, atomic_write_text
 
 __all__ = [
     "WeightSpec",
@@ -317,26 +318,21 @@ def fetch_weights(
 
     directory.mkdir(parents=True, exist_ok=True)
     source = url or spec.url
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{spec.filename}.", suffix=".part", dir=directory)
-    tmp = Path(tmp_name)
-    try:
-        h = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out:
-            req = urllib.request.Request(source, headers={"User-Agent": "dmlrepro-fetch-weights"})
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                total = resp.headers.get("Content-Length")
-                bar = _progress_bar(total, spec.filename, progress)
-                try:
-                    while chunk := resp.read(1 << 20):
-                        out.write(chunk)
-                        h.update(chunk)
-                        if bar is not None:
-                            bar.update(len(chunk))
-                finally:
+    h = hashlib.sha256()
+    with atomic_open(dest, "wb") as out:  # a mismatch below raises inside: the cache stays untouched
+        req = urllib.request.Request(source, headers={"User-Agent": "dmlrepro-fetch-weights"})
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            total = resp.headers.get("Content-Length")
+            bar = _progress_bar(total, spec.filename, progress)
+            try:
+                while chunk := resp.read(1 << 20):
+                    out.write(chunk)
+                    h.update(chunk)
                     if bar is not None:
-                        bar.close()
-            out.flush()
-            os.fsync(out.fileno())
+                        bar.update(len(chunk))
+            finally:
+                if bar is not None:
+                    bar.close()
         digest = h.hexdigest()
         if expected is not None and not _matches(digest, expected):
             raise ChecksumMismatchError(
@@ -350,10 +346,6 @@ def fetch_weights(
                 f"sha256 = {digest} (recorded in {_sidecar(dest).name})",
                 file=sys.stderr,
             )
-        os.replace(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     _write_sidecar(dest, digest)
     return dest
 
@@ -371,15 +363,7 @@ def _progress_bar(total: str | None, desc: str, progress: bool | None):
 
 
 def _write_sidecar(path: Path, digest: str) -> None:
-    side = _sidecar(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{side.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(f"{digest}  {path.name}\n")
-        os.replace(tmp, side)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(_sidecar(path), f"{digest}  {path.name}\n")
 
 
 def _read_sidecar(path: Path) -> str | None:
