@@ -4,17 +4,11 @@ Spot-check values below were read directly from the paper extractions
 (/work/shared/papers/pfml.pdf-extract.txt, pfml-supplement.txt, cross-read in
 pfml.html-extract.txt), not copied from the CSVs.  Values are compared as
 strings, because the CSVs keep numbers exactly as printed (e.g. "31.0", "78.11").
+Shared helpers (reading, format rules, cell lookup): tests/reported_csv.py.
 """
-from pathlib import Path
-
-import pandas as pd
 import pytest
 
-REPORTED = Path(__file__).resolve().parents[1] / "config" / "reported"
-
-COLUMNS = ["table", "block", "method", "citation", "backbone", "embedding_dim",
-           "dataset", "metric", "value", "std", "source", "note"]
-REQUIRED = ["table", "method", "metric", "value", "source"]
+from .reported_csv import cell, check, check_format, csvs, load, rows, spot_cases
 
 # Supp Table 5 is the only table with text-valued cells.
 TEXT_METRICS = {"optimizer", "bn_freeze"}
@@ -53,64 +47,76 @@ EXPECTED_ROWS = {
     "pfml_supp_table6": 5,
 }
 
+R50, IBN = "ResNet50 (512 dim)", "BN Inception (512 dim)"
+OURS = "Potential Field (Ours)"
+CUB, CARS = "CUB-200-2011", "Cars-196"
+C512, S128 = "Concatenated (512-dim)", "Separated (128-dim)"
+BDMM = ("block", "dataset", "method", "metric")
+DMM = ("dataset", "method", "metric")
 
-def load(name):
-    return pd.read_csv(REPORTED / f"{name}.csv", dtype=str, keep_default_na=False)
-
-
-def all_csvs():
-    return sorted(REPORTED.glob("*.csv"))
-
-
-def is_number(s):
-    try:
-        float(s)
-        return True
-    except ValueError:
-        return False
-
-
-def cell(df, **where):
-    """The single row matching all column==value conditions."""
-    mask = pd.Series(True, index=df.index)
-    for k, v in where.items():
-        mask &= df[k] == v
-    hit = df[mask]
-    assert len(hit) == 1, f"{where}: {len(hit)} rows"
-    return hit.iloc[0]
-
-
-def check(df, value, std="", **where):
-    r = cell(df, **where)
-    assert (r.value, r["std"]) == (value, std), (where, r.value, r["std"])
+# Spot values read from the paper: key column values, then the cell as printed ("value" or "value ± std").
+SPOTS = spot_cases([
+    ("pfml_table1", BDMM, [
+        (R50, CUB, OURS, "recall@1", "73.4 ± 0.3"),
+        (R50, CARS, OURS, "recall@1", "92.7 ± 0.3"),
+        (R50, CARS, "HIST", "recall@1", "89.6"),
+        (R50, CUB, "CPML (Sec. 3.4)", "recall@1", "68.3"),
+        (IBN, CUB, "MS+DAS", "recall@2", "78.11"),
+        (IBN, "SOP", OURS, "recall@1", "80.6 ± 0.3"),
+        ("DINO (384 dim)", CARS, "DINO", "recall@1", "42.9"),
+        ("ViT (384 dim)", "SOP", OURS, "recall@100", "98.6 ± 0.1"),
+    ]),
+    ("pfml_table2", DMM, [
+        (CARS, "Ours", "recall@1", "84.5 ± 0.5"),
+        (CUB, "Ours", "recall@1", "66.7 ± 0.6"),
+        (CUB, "PA", "recall@1", "60.7"),
+        (CARS, "Triplet", "recall@2", "77.9"),
+    ]),
+    ("pfml_table3", ("method", "metric"), [
+        ("CPML (Sec. 3.4)", "w2", "0.26 ± 0.03"),
+        ("Ours", "w2", "0.16 ± 0.03"),
+        ("S.Triplet", "w2", "0.24 ± 0.04"),
+    ]),
+    ("pfml_supp_table1", DMM, [
+        (CARS, "Ours", "recall@8", "97.1 ± 0.1"),
+        (CUB, "HIST", "recall@1", "62.5"),
+    ]),
+    ("pfml_supp_table2", ("method", "metric"), [
+        ("Ours", "recall@1", "79.5 ± 0.2"),
+        ("HIST", "recall@1000", "98.5"),
+    ]),
+    # Supp Table 3 (MLRC, Cars-196)
+    ("pfml_supp_table3", ("block", "method", "metric"), [
+        (S128, "HIST", "precision@1", "79.3 ± 0.2"),
+        (C512, "Ours", "map@r", "31.0 ± 0.3"),
+        (S128, "Ours", "precision@1", "81.2 ± 0.2"),
+    ]),
+    # Supp Table 4 (MLRC, CUB-200-2011)
+    ("pfml_supp_table4", ("block", "method", "metric"), [
+        (S128, "MultiSimilarity", "precision@1", "57.6 ± 0.2"),
+        (S128, "Ours", "precision@1", "62.4 ± 0.1"),
+        (C512, "Ours", "r_precision", "39.9 ± 0.1"),
+    ]),
+    # Supp Table 5 (hyperparameters)
+    ("pfml_supp_table5", ("dataset", "backbone", "metric"), [
+        ("SOP", "ResNet-50", "bn_freeze", "No"),
+        (CARS, "BN-Inception", "weight_decay", "1e-4"),
+        (CUB, "ResNet-50", "weight_decay", "5e-4"),
+        (CUB, "BN-Inception", "batch_size", "180"),
+        ("SOP", "BN-Inception", "warm_up", "0"),
+    ]),
+])
 
 
 # ----------------------------------------------------------------- format
 
 def test_all_expected_files_present():
-    assert {p.stem for p in all_csvs()} == set(EXPECTED_ROWS)
+    assert {p.stem for p in csvs("pfml")} == set(EXPECTED_ROWS)
 
 
-@pytest.mark.parametrize("path", all_csvs(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", csvs("pfml"), ids=lambda p: p.name)
 def test_format(path):
-    df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    assert list(df.columns) == COLUMNS
-    assert len(df) > 0
-    for col in REQUIRED:
-        assert (df[col].str.strip() != "").all(), f"empty {col} in {path.name}"
-    assert (df["table"] == path.stem).all()
-    numeric = ~df["metric"].isin(TEXT_METRICS)
-    bad = df[numeric & ~df["value"].map(is_number)]
-    assert bad.empty, bad[["method", "metric", "value"]]
-    std = df["std"][df["std"] != ""]
-    assert std.map(is_number).all()
-    cit = df["citation"][df["citation"] != ""]
-    assert cit.str.fullmatch(r"\d+").all()
-    dim = df["embedding_dim"][df["embedding_dim"] != ""]
-    assert dim.str.fullmatch(r"\d+").all()
-    # one row per printed cell: no duplicated keys
-    key = ["block", "method", "backbone", "embedding_dim", "dataset", "metric"]
-    assert not df.duplicated(key).any()
+    check_format(path, text_metrics=TEXT_METRICS)
 
 
 @pytest.mark.parametrize("name,n", sorted(EXPECTED_ROWS.items()))
@@ -120,81 +126,41 @@ def test_row_counts(name, n):
 
 # ----------------------------------------------------------------- spot checks
 
-def test_table1_spot():
+@pytest.mark.parametrize("name,value,std,where", SPOTS)
+def test_spot(name, value, std, where):
+    check(load(name), value, std, **where)
+
+
+def test_table1_details():
     df = load("pfml_table1")
-    r50, ibn = "ResNet50 (512 dim)", "BN Inception (512 dim)"
-    ours = "Potential Field (Ours)"
-    check(df, "73.4", "0.3", block=r50, method=ours, dataset="CUB-200-2011", metric="recall@1")
-    check(df, "92.7", "0.3", block=r50, method=ours, dataset="Cars-196", metric="recall@1")
-    check(df, "89.6", block=r50, method="HIST", dataset="Cars-196", metric="recall@1")
-    assert cell(df, block=r50, method="HIST", metric="recall@1", dataset="SOP").citation == "28"
-    check(df, "68.3", block=r50, method="CPML (Sec. 3.4)", dataset="CUB-200-2011", metric="recall@1")
-    check(df, "78.11", block=ibn, method="MS+DAS", dataset="CUB-200-2011", metric="recall@2")
-    check(df, "80.6", "0.3", block=ibn, method=ours, dataset="SOP", metric="recall@1")
-    check(df, "42.9", block="DINO (384 dim)", method="DINO", dataset="Cars-196", metric="recall@1")
-    check(df, "98.6", "0.1", block="ViT (384 dim)", method=ours, dataset="SOP", metric="recall@100")
+    assert cell(df, block=R50, method="HIST", metric="recall@1", dataset="SOP").citation == "28"
     # '-' cells have no row: Proxy Anchor (R50) has no SOP numbers
-    assert df[(df.block == r50) & (df.method == "Proxy Anchor") & (df.dataset == "SOP")].empty
+    assert rows(df, block=R50, method="Proxy Anchor", dataset="SOP").empty
     # DFML-PA (BN Inception) prints only CUB R@1 and Cars R@1
-    assert sorted(df[df.method == "DFML-PA"].value) == ["69.3", "88.4"]
+    assert sorted(rows(df, method="DFML-PA").value) == ["69.3", "88.4"]
 
 
-def test_table2_spot():
-    df = load("pfml_table2")
-    check(df, "84.5", "0.5", method="Ours", dataset="Cars-196", metric="recall@1")
-    check(df, "66.7", "0.6", method="Ours", dataset="CUB-200-2011", metric="recall@1")
-    check(df, "60.7", method="PA", dataset="CUB-200-2011", metric="recall@1")
-    check(df, "77.9", method="Triplet", dataset="Cars-196", metric="recall@2")
-
-
-def test_table3_spot():
-    df = load("pfml_table3")
-    check(df, "0.26", "0.03", method="CPML (Sec. 3.4)", metric="w2")
-    check(df, "0.16", "0.03", method="Ours", metric="w2")
-    check(df, "0.24", "0.04", method="S.Triplet", metric="w2")
-
-
-def test_supp_table1_spot():
+def test_supp_table1_details():
     df = load("pfml_supp_table1")
-    check(df, "97.1", "0.1", method="Ours", dataset="Cars-196", metric="recall@8")
-    check(df, "62.5", method="HIST", dataset="CUB-200-2011", metric="recall@1")
     assert (df.embedding_dim == "64").all()
-    assert df[(df.method == "SemiHard") & (df.metric == "recall@8")].empty
+    assert rows(df, method="SemiHard", metric="recall@8").empty
 
 
-def test_supp_table2_spot():
-    df = load("pfml_supp_table2")
-    check(df, "79.5", "0.2", method="Ours", metric="recall@1")
-    check(df, "98.5", method="HIST", metric="recall@1000")
-    assert list(df[df.method == "ProxyNCA"].value) == ["73.7"]
+def test_supp_table2_details():
+    assert list(rows(load("pfml_supp_table2"), method="ProxyNCA").value) == ["73.7"]
 
 
-def test_supp_table3_mlrc_cars_spot():
-    df = load("pfml_supp_table3")
-    check(df, "79.3", "0.2", method="HIST", block="Separated (128-dim)", metric="precision@1")
-    check(df, "31.0", "0.3", method="Ours", block="Concatenated (512-dim)", metric="map@r")
-    check(df, "81.2", "0.2", method="Ours", block="Separated (128-dim)", metric="precision@1")
-    assert (df.dataset == "Cars-196").all()
+@pytest.mark.parametrize("name,dataset", [("pfml_supp_table3", CARS),
+                                          ("pfml_supp_table4", CUB)])
+def test_mlrc_tables_single_dataset(name, dataset):
+    assert (load(name).dataset == dataset).all()
 
 
-def test_supp_table4_mlrc_cub_spot():
-    df = load("pfml_supp_table4")
-    check(df, "57.6", "0.2", method="MultiSimilarity", block="Separated (128-dim)", metric="precision@1")
-    check(df, "62.4", "0.1", method="Ours", block="Separated (128-dim)", metric="precision@1")
-    check(df, "39.9", "0.1", method="Ours", block="Concatenated (512-dim)", metric="r_precision")
-    assert (df.dataset == "CUB-200-2011").all()
-
-
-def test_supp_table5_hyperparameters_spot():
+def test_supp_table5_hyperparameters_constant():
     df = load("pfml_supp_table5")
-    check(df, "No", dataset="SOP", backbone="ResNet-50", metric="bn_freeze")
-    check(df, "1e-4", dataset="Cars-196", backbone="BN-Inception", metric="weight_decay")
-    check(df, "5e-4", dataset="CUB-200-2011", backbone="ResNet-50", metric="weight_decay")
-    check(df, "180", dataset="CUB-200-2011", backbone="BN-Inception", metric="batch_size")
-    check(df, "0", dataset="SOP", backbone="BN-Inception", metric="warm_up")
-    assert set(df[df.metric == "lr_for_proxies"].value) == {"0.01"}
-    assert set(df[df.metric == "learning_rate"].value) == {"1e-4"}
-    assert set(df[df.metric == "optimizer"].value) == {"Adam"}
+    assert set(rows(df, metric="lr_for_proxies").value) == {"0.01"}
+    assert set(rows(df, metric="learning_rate").value) == {"1e-4"}
+    assert set(rows(df, metric="optimizer").value) == {"Adam"}
 
 
 def test_supp_table6_timing_spot():
