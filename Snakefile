@@ -15,7 +15,15 @@ include: "workflow/rules/train.smk"
 include: "workflow/rules/analysis.smk"
 
 
+localrules:
+    prepare_dataset,
+    label_noise,
+    aggregate,
+    report_section,
+    report,
+
+
 rule all:
     default_target: True
     input:
-        expand(rules.aggregate.output.table, experiment=EXPERIMENTS),
+        rules.report.output.html,

@@ -14,6 +14,7 @@ COMMANDS = {
     "evaluate": ("dmlrepro.train.cli", "evaluate_main", [], "(re)compute a run's metrics: OUTDIR"),
     "launch": ("dmlrepro.train.cli", "launch_main", [], "submit one run to SLURM via submitit (single runs outside the DAG)"),
     "runs": ("dmlrepro.runs", "main", [], "list the runs the workflow's experiments resolve to (--experiment NAME)"),
+    "check-report": ("dmlrepro.report.browser", "main", [], "check a built HTML report in headless Chromium (images, console, screenshot)"),
     "losses": ("dmlrepro.cli", "losses_main", [], "list the losses that config can name"),
 }
 

@@ -65,6 +65,15 @@ def dotted(path: str, value: Any) -> dict:
     return value
 
 
+def dotted_get(config: Mapping, path: str) -> Any:
+    """The value at "loss.hparams.alpha" in a nested config (None where a level is missing)."""
+    for key in path.split("."):
+        if not isinstance(config, Mapping) or key not in config:
+            return None
+        config = config[key]
+    return config
+
+
 def canonical(value: Any) -> Any:
     """`value` with every mapping's keys sorted, so that equal configs also print equal (Snakemake
     compares rule params by their text: key order must not trigger a rerun)."""

@@ -1,6 +1,7 @@
 rule aggregate:
     input:
         metrics=experiment_metrics,
+        train_logs=experiment_logs,
     output:
         table=f"{RESULTS}/experiments/{{experiment}}.csv",
     log:
@@ -14,3 +15,53 @@ rule aggregate:
         "Aggregating experiment {wildcards.experiment}"
     script:
         "../scripts/aggregate.py"
+
+
+rule report_section:
+    input:
+        table=rules.aggregate.output.table,
+        metrics=experiment_metrics,
+        manifests=experiment_manifests,
+        reported=lambda wildcards: reported_table(wildcards.experiment),
+    output:
+        section=directory(f"{RESULTS}/report/sections/{{experiment}}"),
+    log:
+        f"{RESULTS}/logs/report_section/{{experiment}}.log",
+    conda:
+        "../../envs/dmlrepro-cpu.yaml"
+    params:
+        experiment=lambda wildcards: canonical(
+            config["experiments"][wildcards.experiment]
+        ),
+        runs=section_runs,
+        methods=experiment_methods,
+        reported_dir=REPORTED,
+    message:
+        "Drawing the report section of {wildcards.experiment}"
+    script:
+        "../scripts/report_section.py"
+
+
+rule report:
+    input:
+        sections=expand(rules.report_section.output.section, experiment=EXPERIMENTS),
+        metrics=[f"{RESULTS}/runs/{run_id}/metrics.json" for run_id in RUNS],
+        train_logs=[f"{RESULTS}/runs/{run_id}/train_log.csv" for run_id in RUNS],
+        template=f"{TEMPLATES}/index.html.j2",
+    output:
+        html=f"{RESULTS}/report/index.html",
+    log:
+        f"{RESULTS}/logs/report.log",
+    conda:
+        "../../envs/dmlrepro-cpu.yaml"
+    params:
+        runs=provenance_runs,
+        experiments={
+            name: [run.run_id for run in experiment_runs(RUNS, name)]
+            for name in EXPERIMENTS
+        },
+        title=config.get("title", "dmlrepro report"),
+    message:
+        "Rendering the HTML report"
+    script:
+        "../scripts/report.py"

@@ -3,7 +3,13 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from dmlrepro.runs import canonical, dataset_parameters, experiment_runs, resolve_runs
+from dmlrepro.runs import (
+    canonical,
+    dataset_parameters,
+    deep_merge,
+    experiment_runs,
+    resolve_runs,
+)
 from dmlrepro.train.data import label_noise_path
 
 validate(config, "../schemas/config.schema.yaml")
@@ -43,6 +49,36 @@ def experiment_metrics(wildcards):
     ]
 
 
+def experiment_logs(wildcards):
+    return [
+        f"{RESULTS}/runs/{run.run_id}/train_log.csv"
+        for run in experiment_runs(RUNS, wildcards.experiment)
+    ]
+
+
+def experiment_manifests(wildcards):
+    names = {
+        run.config["dataset"]["name"]
+        for run in experiment_runs(RUNS, wildcards.experiment)
+    }
+    return [f"{DATA}/{name}/manifest.csv" for name in sorted(names)]
+
+
+def section_runs(wildcards):
+    """The experiment's runs for the report: ids, resolved configs (data under DATA), folders."""
+    return [
+        {
+            "run_id": run.run_id,
+            "method": run.method,
+            "dataset": run.dataset,
+            "seed": run.seed,
+            "config": canonical(deep_merge(run.config, {"dataset": {"root": DATA}})),
+            "dir": f"{RESULTS}/runs/{run.run_id}",
+        }
+        for run in experiment_runs(RUNS, wildcards.experiment)
+    ]
+
+
 def experiment_records(wildcards):
     return [
         {
@@ -54,3 +90,65 @@ def experiment_records(wildcards):
         }
         for run in experiment_runs(RUNS, wildcards.experiment)
     ]
+
+
+REPORTED = f"{workflow.basedir}/config/reported"
+TEMPLATES = f"{workflow.basedir}/reports/templates"
+
+
+def reported_table(experiment):
+    """The published table an experiment's report section compares with (none: no input)."""
+    name = (config["experiments"][experiment].get("report") or {}).get("reported")
+    return [f"{REPORTED}/{name}.csv"] if name else []
+
+
+def experiment_methods(wildcards):
+    """The method configs of an experiment's methods only (a change elsewhere leaves it alone)."""
+    names = config["experiments"][wildcards.experiment]["methods"]
+    return canonical({name: config["methods"][name] for name in names})
+
+
+def provenance_runs(wildcards):
+    return [
+        {
+            "run_id": run.run_id,
+            "method": run.method,
+            "dataset": run.dataset,
+            "seed": run.seed,
+            "device": run.config["device"],
+            "epochs": run.config["epochs"],
+        }
+        for run in RUNS.values()
+    ]
+
+
+def train_resource(name):
+    """A training job's resource `name` for the scheduler (runtime, mem_mb, gpu, or slurm_extra:
+    the warning signal): resources.train.<dataset> over resources.train.default over built-ins.
+    """
+    requests = (config.get("resources") or {}).get("train") or {}
+    unknown = sorted(set(requests) - {"default"} - set(config["datasets"]))
+    if unknown:
+        raise ValueError(
+            f"config resources.train.{unknown[0]}: expected 'default' or a key of datasets "
+            f"({', '.join(sorted(config['datasets']))})"
+        )
+
+    def resource(wildcards):
+        dataset = RUNS[wildcards.run].dataset
+        merged = {"runtime": 60, "mem_mb": 4000, "gpu": 0}
+        merged.update(requests.get("default") or {})
+        merged.update(requests.get(dataset) or {})
+        if name != "slurm_extra":
+            return merged[name]
+        # SIGTERM to every process of the job `warning` seconds before the time limit: the run
+        # checkpoints after its current step and exits; the profile's retries resume it
+        warning = merged.get("warning", min(300, merged["runtime"] * 15))
+        if warning >= merged["runtime"] * 60:
+            raise ValueError(
+                f"config resources.train ({dataset}): warning = {warning} s: expected less than "
+                f"runtime = {merged['runtime']} min"
+            )
+        return f"--signal=TERM@{warning}" if warning else ""
+
+    return resource

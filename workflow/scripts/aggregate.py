@@ -1,13 +1,13 @@
-"""Plumbing for rule aggregate: the experiment's metrics.json files -> one table."""
+"""Plumbing for rule aggregate: the experiment's metrics.json and train_log.csv files -> one table."""
 
 import json
 
+from dmlrepro.report import aggregate_runs, timing_metrics, write_table
 from dmlrepro.steplog import log_to
-from dmlrepro.report import aggregate_runs, write_table
 
 with log_to(snakemake.log[0]):
     records = []
-    for record, path in zip(snakemake.params.records, snakemake.input.metrics):
+    for record, path, log in zip(snakemake.params.records, snakemake.input.metrics, snakemake.input.train_logs):
         with open(path) as handle:
-            records.append({**record, "result": json.load(handle)})
+            records.append({**record, "result": json.load(handle), "timing": timing_metrics(log)})
     write_table(aggregate_runs(records, snakemake.params.metrics), snakemake.output.table)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from torch import nn
 
+from ..asap.losses import ASAP_LOSSES
 from .baselines import BASELINES, MinedLoss, ProxyNCAPaperLoss, build_baseline
 from .cpml import CPMLLoss
 from .pfml import PFMLLoss
 from .proxies import proxy_points
 from .rsw import RSW_FUNCTIONS, RSWLoss
 
-PAPER_LOSSES = {"pfml": PFMLLoss, "cpml": CPMLLoss, "rsw": RSWLoss}
+PAPER_LOSSES = {"pfml": PFMLLoss, "cpml": CPMLLoss, "rsw": RSWLoss, **ASAP_LOSSES}
 LOSS_NAMES = tuple(sorted([*PAPER_LOSSES, *BASELINES, "proxy_nca_paper"]))
 
 

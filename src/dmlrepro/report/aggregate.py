@@ -15,29 +15,38 @@ import pandas as pd
 
 from dmlrepro.atomic import atomic_write_text
 
+TIMING = ("seconds_per_epoch", "train_hours")  # kept for diverged runs too: they cost the time
+
 
 def aggregate_runs(records: Iterable[Mapping[str, Any]], metrics: list[str]) -> pd.DataFrame:
     """One row per (method, dataset, sweep point): `<metric>_mean`, `<metric>_std`, seeds, diverged.
 
-    Each record holds `method`, `dataset`, `sweep` (a mapping), `seed` and `result` (the run's
-    metrics.json content: `status`, `metrics` and, where asked for, `proxy_metrics`)."""
+    Each record holds `method`, `dataset`, `sweep` (a mapping), `seed`, `result` (the run's
+    metrics.json content: `status`, `metrics` and, where asked for, `proxy_metrics`) and
+    optionally `timing` (report.timing.timing_metrics of its train_log.csv)."""
+    keys = ["method", "dataset", "sweep"]
     rows = []
     for record in records:
         result = record["result"]
         row = {"method": record["method"], "dataset": record["dataset"],
                "sweep": ", ".join(f"{k}={v}" for k, v in sorted(record["sweep"].items())),
                "seed": record["seed"], "diverged": result.get("status") == "diverged"}
-        measured = {**(result.get("proxy_metrics") or {}), **(result.get("metrics") or {})}
+        measured = {**(record.get("timing") or {}), **(result.get("proxy_metrics") or {}),
+                    **(result.get("metrics") or {})}
         for metric in metrics:
             value = measured.get(metric)
-            row[metric] = float("nan") if value is None or row["diverged"] else float(value)
+            row[metric] = float("nan") if value is None or (row["diverged"] and metric not in TIMING) else float(value)
         rows.append(row)
+    if not rows:  # an experiment without runs (a figure drawn from the config alone)
+        return pd.DataFrame(columns=[*keys, *(f"{m}_{s}" for m in metrics for s in ("mean", "std")),
+                                     "seeds", "diverged"])
     frame = pd.DataFrame(rows)
-    keys = ["method", "dataset", "sweep"]
     grouped = frame.groupby(keys, sort=False)
-    table = grouped[metrics].agg(["mean", "std"])
-    table.columns = [f"{metric}_{stat}" for metric, stat in table.columns]
-    table["seeds"] = grouped["seed"].count()
+    table = grouped["seed"].count().rename("seeds").to_frame()
+    if metrics:
+        stats = grouped[metrics].agg(["mean", "std"])
+        stats.columns = [f"{metric}_{stat}" for metric, stat in stats.columns]
+        table = stats.assign(seeds=table["seeds"])
     table["diverged"] = grouped["diverged"].sum()
     return table.reset_index()
 

@@ -15,6 +15,7 @@ weights and metrics equal those of an uninterrupted run bit for bit (tests/train
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -22,6 +23,7 @@ import logging
 import math
 import os
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -89,25 +91,117 @@ def train_run(config: dict, outdir: str | os.PathLike, *, progress: bool | None 
     cfg = resolve_run_config(config)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
+    with _run_lock(outdir):
+        return _train_locked(cfg, outdir, progress)
+
+
+@contextlib.contextmanager
+def _run_lock(outdir: Path):
+    """One process at a time per run directory (``<outdir>/.lock``, an ``flock`` the kernel
+    releases when its holder dies, even by SIGKILL). Fault injection (tests/faults) found the
+    case: SIGKILL the Snakemake controller, its train jobs live on as orphans, and the rerun
+    starts a second trainer on the same folder; the two then deleted each other's checkpoint
+    temporaries. Now the second one waits for the first, then finds its finished run."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    fd = os.open(outdir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)  # beside, not in, checkpoints/
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            _say(f"{outdir} is being trained by another process (pid {holder}); waiting for it to end")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _train_locked(cfg: dict, outdir: Path, progress: bool | None) -> dict[str, Any]:
+    # temporaries of atomic writes (.NAME.RANDOM.tmp) left by a process killed mid-write; with
+    # the run lock held no other process is writing here (found by tests/faults)
+    for stale in [*outdir.glob(".*.tmp"), *(outdir / "checkpoints").glob(".*.tmp")]:
+        stale.unlink(missing_ok=True)
     plain = _plain_yaml(cfg)
     cfg_path = outdir / "config.yaml"
     if cfg_path.is_file():
-        old = yaml.safe_load(cfg_path.read_text()) or {}
+        try:
+            old = yaml.safe_load(cfg_path.read_text()) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            # damaged (we write it atomically): rewritten; a checkpoint's own config record still
+            # guards against resuming another run's checkpoints (_Trainer._restore)
+            _say(f"{cfg_path} is damaged ({type(e).__name__}); rewritten from the run config")
+            old = plain
+        if not isinstance(old, dict):
+            raise ConfigError(f"{cfg_path}: expected a YAML mapping (the resolved run config), got "
+                              f"{type(old).__name__}; delete the file to resume")
         diff = _first_difference(config_identity(old), config_identity(plain))
         if diff:
             raise ConfigError(f"{outdir} holds a run with a different config ({diff}); "
                               f"use another output directory or delete this one")
     atomic_write_text(cfg_path, dump_yaml(cfg))
     mpath = outdir / "metrics.json"
-    if mpath.is_file():
-        record = json.loads(mpath.read_text())
-        if record.get("status") in ("completed", "diverged"):
-            _say(f"{outdir}: already finished ({record['status']}); nothing to do")
-            return record
+    record = _finished_record(mpath)
+    if record is not None:
+        _say(f"{outdir}: already finished ({record['status']}); nothing to do")
+        return record
     if progress is None:
         progress = os.isatty(2)
     with DeterminismGuard(cfg["deterministic"], cfg["threads"]), StopFlag() as stop:
         return _Trainer(cfg, plain, outdir, bool(progress), stop).run()
+
+
+def _finished_record(mpath: Path) -> dict[str, Any] | None:
+    """The record of a finished run, or None. A metrics.json that does not parse or lacks the
+    fields every finished record has (half-written by a foreign, non-atomic writer, or damaged)
+    is not trusted: it is removed, with a message, and the run is finished again from its
+    checkpoints (fault injection, tests/faults: a truncated metrics.json used to stop the run
+    with a bare JSON error)."""
+    if not mpath.is_file():
+        return None
+    try:
+        record = json.loads(mpath.read_text())
+        problem = None
+        if not isinstance(record, dict):
+            problem = "not a JSON object"
+        elif record.get("status") not in ("completed", "diverged"):
+            problem = f"status {record.get('status')!r}"
+        elif not isinstance(record.get("metrics"), dict) or (record["status"] == "completed" and "recall@1" not in record["metrics"]):
+            problem = "no metrics"
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        problem = f"unreadable: {e}"
+    if problem is None:
+        return record
+    _say(f"{mpath} is incomplete or damaged ({problem}); removed, finishing the run from its checkpoints")
+    mpath.unlink(missing_ok=True)
+    return None
+
+
+def _check_manifest_complete(manifest, dcfg: dict[str, Any]) -> None:
+    """Refuse a manifest whose counts differ from those recorded when the dataset was prepared
+    (``prepare_info.json``). Fault injection (tests/faults): a manifest.csv cut at a line
+    boundary (a crash of a non-atomic writer, a partial copy) still parses, and training then
+    silently used fewer images. The natural home of this check is the data layer's loader."""
+    from dmlrepro.data.prepared import INFO_NAME
+
+    info_path = Path(dcfg["root"]) / dcfg["name"] / INFO_NAME
+    try:
+        recorded = json.loads(info_path.read_text()).get("counts")
+    except (OSError, ValueError, AttributeError):
+        return  # nothing recorded to compare with (e.g. a dataset prepared by hand)
+    got = manifest.counts()
+    # totals only: a cut manifest loses rows, while a split may be re-labelled on purpose (query/gallery)
+    if isinstance(recorded, dict) and any(recorded.get(k) != got[k] for k in ("images", "classes")):
+        bad = "; ".join(f"{k}: {got[k]} (manifest) vs {recorded.get(k)} (prepared)" for k in ("images", "classes")
+                        if got[k] != recorded.get(k))
+        raise FileNotFoundError(f"{manifest.source} does not match {info_path} ({bad}): the manifest is truncated "
+                                f"or was edited; prepare the dataset again (delete {manifest.source}, or "
+                                f"`python -m dmlrepro.data.cli prepare {dcfg['name']} --root {dcfg['root']} --force`)")
 
 
 class _Trainer:
@@ -125,6 +219,7 @@ class _Trainer:
         seed_everything(cfg["seed"])  # model init from the run's seed (a bad model config fails before the data)
         self.model = build_run_model(cfg)
         self.manifest = manifest = open_manifest(cfg["dataset"])
+        _check_manifest_complete(manifest, cfg["dataset"])
         self.train_ds, self.test_ds, self.labelmap = build_datasets(cfg["dataset"], manifest, self.model)
         self.gallery_ds = build_gallery(cfg["dataset"], manifest, self.model)
         # the loss's init (proxies) from its own stream: independent of whatever preparing the data did
@@ -175,6 +270,12 @@ class _Trainer:
         found = load_latest(self.ckdir, map_location="cpu")
         if found is not None:
             self._restore(*found)
+            # the log is rebuilt from the checkpointed history: a rerun whose train_log.csv was
+            # removed (Snakemake deletes a job's declared outputs before rerunning it) or damaged
+            # gets it back even when the checkpoint is the final one and no epoch runs
+            # (tests/faults: --rerun-incomplete after a killed controller failed with MissingOutput)
+            if self.pos["history"]:
+                self._write_log()
         else:
             if had_files:
                 _say("no usable checkpoint left; restarting the run from scratch")
@@ -380,9 +481,21 @@ class _Trainer:
             for best, final in ((BEST_GALLERY_FILE, GALLERY_FILE), (BEST_EMBEDDINGS_FILE, EMBEDDINGS_FILE)):
                 if (self.ckdir / best).is_file():  # the queries' file last: its presence marks both moved
                     os.replace(self.ckdir / best, self.outdir / final)
-        if not emb_path.is_file():  # pragma: no cover - killed between the final eval and its save
-            raise FileNotFoundError(f"{emb_path} is missing; run `dmlrepro evaluate {self.outdir}`")
-        epoch = int(load_embeddings(emb_path).meta.get("epoch", self.cfg["epochs"]))
+        try:
+            epoch = int(load_embeddings(emb_path).meta.get("epoch", self.cfg["epochs"]))
+            if self.cfg["dataset"]["gallery_split"]:
+                load_embeddings(self.outdir / GALLERY_FILE)
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as e:
+            # missing or damaged (fault injection, tests/faults: a truncated embeddings_test.npz used
+            # to end the run with a bare BadZipFile): with select "last" the model in memory is the
+            # final one, and evaluation is deterministic, so the file is simply computed again
+            if self.cfg["eval"]["select"] != "last" or self.pos["epoch"] != self.cfg["epochs"] + 1:
+                raise FileNotFoundError(f"{emb_path} is missing or damaged ({e}); "
+                                        f"run `dmlrepro evaluate {self.outdir}`") from None
+            _say(f"{emb_path.name} is missing or damaged ({type(e).__name__}); computing it again from the final model")
+            if self._evaluate(self.cfg["epochs"]) is None:  # pragma: no cover - finite before, so finite now
+                raise RuntimeError(f"{self.outdir}: the final model's test embeddings are not finite") from None
+            epoch = self.cfg["epochs"]
         extra = {"status": "completed", "epoch": epoch, "diverged_at": None, **self._common()}
         if self.cfg["eval"]["proxy_metrics"]:
             extra["proxy_metrics"] = self._proxy_metrics()

@@ -1,0 +1,111 @@
+"""Paper-shaped comparison tables: the reported value, ours (mean ± std over seeds), Δ, and whether
+Δ lies within the combined uncertainty (issue [4/7] item 6).
+
+Δ = ours − paper in the paper's unit. The combined uncertainty is σ = √(σ_paper² + σ_ours²) with
+each σ the printed or measured sample std (a missing one counts as 0); Δ is *within* when
+|Δ| ≤ 2σ (about a 95 % band for a difference of two normal means). With no σ at all the verdict
+is left open. Runs on a stand-in dataset (reported.is_stand_in) get no Δ.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from .reported import is_stand_in, paper_units
+
+WITHIN_SIGMAS = 2.0
+
+
+def _num(value: Any) -> float | None:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value
+
+
+def verdict(paper: float | None, paper_std: float | None, ours: float | None, ours_std: float | None):
+    """(Δ, σ, within) for one cell; None where it cannot be said."""
+    if paper is None or ours is None:
+        return None, None, None
+    delta = ours - paper
+    sigma = math.hypot(paper_std or 0.0, ours_std or 0.0)
+    return delta, (sigma or None), (abs(delta) <= WITHIN_SIGMAS * sigma if sigma else None)
+
+
+def row_label(method: str, sweep: str) -> str:
+    return f"{method} ({sweep})" if sweep else method
+
+
+def comparison_table(aggregated: pd.DataFrame, reported: pd.DataFrame | None, metrics: Sequence[str],
+                     methods: Mapping[str, str], datasets: Mapping[str, str], expected_seeds: int) -> dict:
+    """The table as plain data (JSON-able) for the HTML template.
+
+    `methods` / `datasets` map our names to the printed ones (our names without an entry are
+    shown as they are); `reported` may be None (no published table)."""
+    aggregated = aggregated.assign(sweep=aggregated["sweep"].astype(object).where(aggregated["sweep"].notna(), ""))
+    our_datasets = [d for d in dict.fromkeys(aggregated["dataset"])] if len(aggregated) else list(datasets)
+    columns = [{"dataset": datasets.get(d, d), "ours_dataset": d, "metric": m,
+                "stand_in": is_stand_in(d, datasets.get(d, d))} for d in our_datasets for m in metrics]
+    paper = {} if reported is None else {
+        (r.method, r.dataset, r.metric): (r.value, r.std, r.value_text) for r in reported.itertuples()}
+    rows = []
+    ours_printed = set(methods.values())
+    if reported is not None:  # the literature rows, in printed order
+        for name in dict.fromkeys(reported["method"]):
+            if name in ours_printed:
+                continue
+            cells = [_paper_cell(paper.get((name, c["dataset"], c["metric"]))) for c in columns]
+            if any(cell["paper"] is not None for cell in cells):
+                rows.append({"label": name, "source": "paper", "status": "", "cells": cells})
+    for record in aggregated.to_dict("records"):
+        printed = methods.get(record["method"])
+        cells = []
+        for column in columns:
+            cell = _paper_cell(paper.get((printed, column["dataset"], column["metric"])) if printed else None)
+            if record["dataset"] != column["ours_dataset"]:
+                cells.append({**cell, "ours": None, "ours_std": None, "delta": None, "sigma": None, "within": None})
+                continue
+            metric = column["metric"]
+            ours = _num(record.get(f"{metric}_mean"))
+            ours_std = _num(record.get(f"{metric}_std"))
+            ours, ours_std = (None if v is None else paper_units(metric, v) for v in (ours, ours_std))
+            delta = sigma = within = None
+            if not column["stand_in"]:
+                delta, sigma, within = verdict(cell["paper"], cell["paper_std"], ours, ours_std)
+            cells.append({**cell, "ours": ours, "ours_std": ours_std, "delta": delta, "sigma": sigma, "within": within})
+        rows = _merge_row(rows, {
+            "label": row_label(printed or record["method"], record["sweep"]), "source": "ours",
+            "status": _status(record, expected_seeds), "cells": cells})
+    return {"columns": columns, "rows": rows, "within_sigmas": WITHIN_SIGMAS}
+
+
+def _paper_cell(found) -> dict:
+    if found is None:
+        return {"paper": None, "paper_std": None, "paper_text": None}
+    value, std, text = found
+    return {"paper": _num(value), "paper_std": _num(std), "paper_text": text}
+
+
+def _status(record: Mapping, expected_seeds: int) -> str:
+    seeds, diverged = int(record.get("seeds", 0)), int(record.get("diverged", 0))
+    text = f"{seeds - diverged}/{expected_seeds} seeds"
+    if diverged:
+        text += f", {diverged} diverged"
+    return text
+
+
+def _merge_row(rows: list[dict], row: dict) -> list[dict]:
+    """One row per method across datasets: a row for another dataset fills the same label's cells."""
+    for existing in rows:
+        if existing["source"] == "ours" and existing["label"] == row["label"]:
+            for i, cell in enumerate(row["cells"]):
+                if cell["ours"] is not None or cell["within"] is not None:
+                    existing["cells"][i] = cell
+            existing["status"] = "; ".join(dict.fromkeys(filter(None, [existing["status"], row["status"]])))
+            return rows
+    return [*rows, row]

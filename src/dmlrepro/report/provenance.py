@@ -1,0 +1,62 @@
+"""Where the report's numbers come from: code version, packages, device, and per run its config
+hash, status and training time; per experiment its compute hours (issue [4/7] item 6)."""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import subprocess
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+PACKAGES = ("dmlrepro", "torch", "torchvision", "timm", "pytorch-metric-learning", "faiss-cpu", "faiss-gpu-cu12",
+            "numpy", "scikit-learn", "snakemake", "snakemake-executor-plugin-slurm", "matplotlib", "jinja2")
+
+
+def git_commit(repo: str | Path) -> str:
+    """`<commit>` or `<commit> (modified)`; `unknown` outside a git checkout."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30)
+
+    head = git("rev-parse", "HEAD")
+    if head.returncode:
+        return "unknown (not a git checkout)"
+    dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    return head.stdout.strip() + (" (modified)" if dirty else "")
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def device_description() -> str:
+    import torch
+
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda}) on {platform.node()}"
+    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads) on {platform.node()}"
+
+
+def provenance(repo: str | Path, runs: Sequence[Mapping[str, Any]],
+               experiments: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    """`runs`: each with run_id, method, dataset, seed, status, device, train_hours, epochs.
+    `experiments`: name -> its run ids (a run shared by tables counts in each)."""
+    hours = {r["run_id"]: r.get("train_hours") or 0.0 for r in runs}
+    return {
+        "generated": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": git_commit(repo),
+        "python": platform.python_version(),
+        "packages": package_versions(),
+        "report_device": device_description(),
+        "runs": [{**r, "config_hash": r["run_id"].rsplit("-", 1)[-1]} for r in runs],
+        "hours_per_experiment": {name: sum(hours.get(i, 0.0) for i in ids) for name, ids in experiments.items()},
+        "total_hours": sum(hours.values()),
+    }
