@@ -1,6 +1,6 @@
 # dmlrepro: regenerate the papers' tables and figures.
 #   snakemake --cores all                 embedded default (generated data, CPU), config/config.yaml
-#   snakemake --profile slurm all         the papers' settings on a SLURM GPU cluster (coming: issue [4/7])
+#   snakemake --profile slurm all         the PFML paper's settings (config/paper.yaml) on a SLURM GPU cluster
 from snakemake.utils import min_version
 
 min_version("8.25")
