@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dmlrepro.train.config import resolve_run_config
+from dmlrepro.train.config import resolve_run_config, without_late_defaults
 
 # (section, key) pairs that do not change a run's numbers: left out of its identity
 LOCATION_KEYS = (("dataset", "root"), ("dataset", "prepare"), ("model", "weights_cache_dir"),
@@ -85,7 +85,7 @@ def canonical(value: Any) -> Any:
 
 
 def run_identity(resolved: Mapping[str, Any]) -> dict:
-    identity = copy.deepcopy(dict(resolved))
+    identity = without_late_defaults(resolved)  # keys added later, at their "off" value: ids unchanged
     for section, key in LOCATION_KEYS:
         (identity.get(section, {}) if section else identity).pop(key, None)
     return identity
@@ -141,6 +141,7 @@ def resolve_runs(config: Mapping[str, Any], experiments: list[str] | None = None
             except ValueError as error:
                 raise ExperimentError(f"{where} (method {method}, dataset {dataset}, seed {seed}, "
                                       f"sweep {point}): {error}") from error
+            resolved = without_late_defaults(resolved)  # the train rule's params stay as they were
             run_id = run_id_for(method, dataset, resolved)
             run = runs.setdefault(run_id, Run(run_id, method, dataset, seed, resolved))
             run.experiments[name], run.position[name] = point, position

@@ -49,7 +49,9 @@ def test_every_experiment_table_is_built(finished):
         assert sorted(row["sweep"] for row in csv.DictReader(handle)) == ["loss.hparams.alpha=2.0",
                                                                          "loss.hparams.alpha=4.0"]
     runs = sorted(p.name for p in (finished / "results/runs").iterdir())
-    assert len(runs) == 4  # alpha = 4 is the table's pfml run; the noisy pfml run is a run of its own
+    # alpha = 4 is the table's pfml run; the noisy pfml run is a run of its own; RSW: the base run
+    # (table, embedding, heatmap k1 = 0.5), heatmap k1 = 1.0, and the per-epoch AvgDTP run
+    assert len(runs) == 7
     noise = finished / "data/synthetic/label_noise/rate0.25_seed3_other.csv"
     with open(noise) as handle:
         rows = list(csv.DictReader(handle))
@@ -68,12 +70,33 @@ def test_report_shows_every_experiment_and_loads_in_chromium(finished, tmp_path)
     assert "Potential Field (Ours)" in html and "73.4" in html  # the paper's R@1 beside ours (Table 1, R50, CUB)
     assert "stand-in: synthetic" in html and "Provenance" in html
     images = re.findall(r'<img src="([^"]+)"', html)
-    assert len(images) == 4 and all((finished / "results/report" / src).is_file() for src in images)
+    assert len(images) == 8 and all((finished / "results/report" / src).is_file() for src in images)
     if find_chromium() is None:
         pytest.skip("chromium is not installed (.ci/run installs it): the browser check did not run")
     result = check_report(finished / "results/report/index.html", tmp_path / "report.png")
-    assert result == {"images": 4, "broken": [], "console_errors": []}
+    assert result == {"images": 8, "broken": [], "console_errors": []}
     assert (tmp_path / "report.png").stat().st_size > 10_000
+
+
+def test_rsw_kinds_corruptions_and_per_epoch_avg_dtp(finished):
+    import json
+
+    with open(finished / "results/experiments/rsw_table4.csv") as handle:
+        (row,) = list(csv.DictReader(handle))
+    assert 0.0 <= float(row["recall@1@gaussian_3_mean"]) <= 1.0
+    curves = json.loads((finished / "results/report/sections/rsw_curves/section.json").read_text())
+    (figure,) = curves["figures"]
+    assert (finished / "results/report/sections/rsw_curves" / figure["file"]).is_file()
+    (run,) = curves["runs"]
+    with open(finished / "results/runs" / run / "train_log.csv") as handle:
+        log = list(csv.DictReader(handle))
+    assert [r["epoch"] for r in log] == ["0", "1", "2"] and all(float(r["avg_dtp"]) > 0 for r in log)
+    for name in ("rsw_heatmap", "rsw_landscape", "rsw_embedding"):
+        section = json.loads((finished / f"results/report/sections/{name}/section.json").read_text())
+        assert len(section["figures"]) == 1, name
+    table = json.loads((finished / "results/report/sections/rsw_table4/section.json").read_text())["table"]
+    ours = [r for r in table["rows"] if r["source"] == "ours"]
+    assert [c["paper"] for c in ours[0]["cells"]] == [72.5, 57.7]  # Table IV, Warped Softmax
 
 
 def test_rerun_does_nothing(finished):

@@ -11,6 +11,7 @@ rule aggregate:
     params:
         records=experiment_records,
         metrics=lambda wildcards: config["experiments"][wildcards.experiment]["metrics"],
+        last_finite=experiment_last_finite,
     message:
         "Aggregating experiment {wildcards.experiment}"
     script:
@@ -21,6 +22,7 @@ rule report_section:
     input:
         table=rules.aggregate.output.table,
         metrics=experiment_metrics,
+        train_logs=experiment_logs,
         manifests=experiment_manifests,
         reported=lambda wildcards: reported_table(wildcards.experiment),
     output:

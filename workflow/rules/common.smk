@@ -74,6 +74,7 @@ def section_runs(wildcards):
             "seed": run.seed,
             "config": canonical(deep_merge(run.config, {"dataset": {"root": DATA}})),
             "dir": f"{RESULTS}/runs/{run.run_id}",
+            "sweep": canonical(run.experiments[wildcards.experiment]),
         }
         for run in experiment_runs(RUNS, wildcards.experiment)
     ]
@@ -92,6 +93,12 @@ def experiment_records(wildcards):
     ]
 
 
+def experiment_last_finite(wildcards):
+    """Whether the experiment's table shows a diverged run's last finite evaluation (RSW Table III)."""
+    spec = config["experiments"][wildcards.experiment].get("report") or {}
+    return bool(spec.get("last_finite", False))
+
+
 REPORTED = f"{workflow.basedir}/config/reported"
 TEMPLATES = f"{workflow.basedir}/reports/templates"
 
@@ -99,6 +106,11 @@ TEMPLATES = f"{workflow.basedir}/reports/templates"
 def reported_table(experiment):
     """The published table an experiment's report section compares with (none: no input)."""
     name = (config["experiments"][experiment].get("report") or {}).get("reported")
+    if name and not Path(f"{REPORTED}/{name}.csv").is_file():
+        known = sorted(path.stem for path in Path(REPORTED).glob("*.csv"))
+        raise ValueError(
+            f"config experiments.{experiment}.report.reported = {name!r}: expected one of {known}"
+        )
     return [f"{REPORTED}/{name}.csv"] if name else []
 
 

@@ -10,4 +10,5 @@ with log_to(snakemake.log[0]):
     for record, path, log in zip(snakemake.params.records, snakemake.input.metrics, snakemake.input.train_logs):
         with open(path) as handle:
             records.append({**record, "result": json.load(handle), "timing": timing_metrics(log)})
-    write_table(aggregate_runs(records, snakemake.params.metrics), snakemake.output.table)
+    write_table(aggregate_runs(records, snakemake.params.metrics, last_finite=snakemake.params.last_finite),
+                snakemake.output.table)

@@ -72,7 +72,9 @@ class ManifestDataset(Dataset):
         elif split is not None:
             rows = m.indices(split)
             if not len(rows):
-                raise ManifestError(f"{m.source}: no rows with split {split!r}")
+                # name what the manifest has: a typo'd or absent split is a config error, not a crash
+                raise ManifestError(f"{m.source}: no rows with split {split!r}; expected one of the "
+                                    f"manifest's splits {sorted(set(m.splits.tolist()))}")
         else:
             rows = np.arange(len(m))
         self.root = str(m.root)

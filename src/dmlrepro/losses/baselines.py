@@ -86,6 +86,9 @@ def build_baseline(name: str, num_classes: int, embedding_size: int, **hparams) 
     spec = BASELINES[name]
     miner_args = {key: hparams.pop(key) for key in ("miner", "miner_epsilon", "miner_margin") if key in hparams}
     args = {**spec.defaults, **hparams}
+    if name == "soft_triple" and not (isinstance(args.get("centers_per_class"), int) and args["centers_per_class"] >= 1):
+        # PML accepts 0 and fails at the first step ("cannot reshape tensor of 0 elements")
+        raise ValueError(f"soft_triple: centers_per_class = {args.get('centers_per_class')!r}: expected an integer >= 1")
     loss_class = getattr(losses, spec.pml_class)
     loss = loss_class(num_classes, embedding_size, **args) if spec.has_classes else loss_class(**args)
     if name == "multi_similarity":

@@ -2,7 +2,10 @@
 
 The standard deviation is the sample std (ddof = 1), the papers' unstated convention read as in
 specs/pfml.md §3.3; a group with one seed has std NaN. Diverged runs are counted in `diverged`
-and their last finite metrics are kept out of the means.
+and their last finite metrics are kept out of the means, unless the experiment reports them
+(`last_finite=True`: RSW Table III prints "the last result preceding numerical instability").
+Metrics under test-image corruptions (metrics.json `corruption_metrics`, RSW Table IV) are
+flat names such as `recall@1@gaussian_3`.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ from dmlrepro.atomic import atomic_write_text
 TIMING = ("seconds_per_epoch", "train_hours")  # kept for diverged runs too: they cost the time
 
 
-def aggregate_runs(records: Iterable[Mapping[str, Any]], metrics: list[str]) -> pd.DataFrame:
+def aggregate_runs(records: Iterable[Mapping[str, Any]], metrics: list[str], *,
+                   last_finite: bool = False) -> pd.DataFrame:
     """One row per (method, dataset, sweep point): `<metric>_mean`, `<metric>_std`, seeds, diverged.
 
     Each record holds `method`, `dataset`, `sweep` (a mapping), `seed`, `result` (the run's
     metrics.json content: `status`, `metrics` and, where asked for, `proxy_metrics`) and
-    optionally `timing` (report.timing.timing_metrics of its train_log.csv)."""
+    optionally `timing` (report.timing.timing_metrics of its train_log.csv). `last_finite`: a
+    diverged run contributes its last finite evaluation instead of NaN."""
     keys = ["method", "dataset", "sweep"]
     rows = []
     for record in records:
@@ -32,10 +37,11 @@ def aggregate_runs(records: Iterable[Mapping[str, Any]], metrics: list[str]) -> 
                "sweep": ", ".join(f"{k}={v}" for k, v in sorted(record["sweep"].items())),
                "seed": record["seed"], "diverged": result.get("status") == "diverged"}
         measured = {**(record.get("timing") or {}), **(result.get("proxy_metrics") or {}),
-                    **(result.get("metrics") or {})}
+                    **(result.get("corruption_metrics") or {}), **(result.get("metrics") or {})}
         for metric in metrics:
             value = measured.get(metric)
-            row[metric] = float("nan") if value is None or (row["diverged"] and metric not in TIMING) else float(value)
+            hidden = row["diverged"] and metric not in TIMING and not last_finite
+            row[metric] = float("nan") if value is None or hidden else float(value)
         rows.append(row)
     if not rows:  # an experiment without runs (a figure drawn from the config alone)
         return pd.DataFrame(columns=[*keys, *(f"{m}_{s}" for m in metrics for s in ("mean", "std")),

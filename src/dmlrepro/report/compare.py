@@ -48,9 +48,15 @@ def comparison_table(aggregated: pd.DataFrame, reported: pd.DataFrame | None, me
     `methods` / `datasets` map our names to the printed ones (our names without an entry are
     shown as they are); `reported` may be None (no published table)."""
     aggregated = aggregated.assign(sweep=aggregated["sweep"].astype(object).where(aggregated["sweep"].notna(), ""))
-    our_datasets = [d for d in dict.fromkeys(aggregated["dataset"])] if len(aggregated) else list(datasets)
+    if len(aggregated):
+        our_datasets = list(dict.fromkeys(aggregated["dataset"]))
+    else:  # a published-only table (no runs): its printed columns, in the reported table's order
+        printed_order = [] if reported is None else list(dict.fromkeys(reported["dataset"]))
+        our_datasets = sorted(datasets, key=lambda d: printed_order.index(datasets[d])
+                              if datasets[d] in printed_order else len(printed_order))
     columns = [{"dataset": datasets.get(d, d), "ours_dataset": d, "metric": m,
-                "stand_in": is_stand_in(d, datasets.get(d, d))} for d in our_datasets for m in metrics]
+                "stand_in": bool(len(aggregated)) and is_stand_in(d, datasets.get(d, d))}
+               for d in our_datasets for m in metrics]
     paper = {} if reported is None else {
         (r.method, r.dataset, r.metric): (r.value, r.std, r.value_text) for r in reported.itertuples()}
     rows = []

@@ -159,3 +159,149 @@ def toy_configuration(seed: int = 0):
     labels = np.array([0] * 5 + [1] * 5)
     proxies = np.array([[-0.6, -0.5], [0.0, 0.15], [0.6, 0.5], [0.1, -0.6]])
     return points, labels, proxies, np.array([0, 0, 1, 1])
+
+
+# -- RSW: per-epoch curves (Fig. 9), heat maps over two sweep keys (Fig. 7), the analytic loss
+# -- landscape of the warping functions (Fig. 3/5) and 2-D embeddings with proxies (Fig. 10)
+
+def curves_figure(curves: Sequence[dict], path: str | os.PathLike, *, y_label: str, title: str = "") -> None:
+    """One line per entry of `curves` (`label`, `epoch`, `value`: arrays of equal length) against
+    the epoch; a curve that stops early (a diverged run) ends with a cross."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for curve in curves:
+        line, = ax.plot(curve["epoch"], curve["value"], marker="o", ms=3, label=curve["label"])
+        if curve.get("diverged") and len(curve["epoch"]):
+            ax.plot(curve["epoch"][-1], curve["value"][-1], marker="x", ms=10, color=line.get_color())
+    ax.set_xlabel("epoch (0 = untrained)")
+    ax.set_ylabel(y_label)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    if title:
+        ax.set_title(title, fontsize=9)
+    _save(fig, path)
+
+
+def heatmap_grid(aggregated: pd.DataFrame, x: str, y: str, metric: str) -> tuple[list, list, np.ndarray]:
+    """(x values, y values, grid[y, x]) of `<metric>_mean` (paper units) over two swept keys; NaN
+    where a grid point has no finite value."""
+    frame = aggregated.assign(_x=sweep_points(aggregated, x), _y=sweep_points(aggregated, y))
+    xs, ys = sorted(set(frame["_x"])), sorted(set(frame["_y"]))
+    grid = np.full((len(ys), len(xs)), np.nan)
+    for row in frame.to_dict("records"):
+        grid[ys.index(row["_y"]), xs.index(row["_x"])] = paper_units(metric, float(row[f"{metric}_mean"]))
+    return xs, ys, grid
+
+
+def heatmap_figure(aggregated: pd.DataFrame, x: str, y: str, metric: str, path: str | os.PathLike, *,
+                   x_label: str | None = None, y_label: str | None = None, title: str = "") -> None:
+    """`metric` (mean over seeds, paper units) over the grid of two swept keys, values printed."""
+    xs, ys, grid = heatmap_grid(aggregated, x, y, metric)
+    fig, ax = plt.subplots(figsize=(1.1 * len(xs) + 2.2, 0.8 * len(ys) + 1.6))
+    shown = ax.imshow(np.ma.masked_invalid(grid), origin="lower", cmap="viridis", aspect="auto")
+    fig.colorbar(shown, ax=ax, label=metric + (" (%)" if paper_units(metric, 1.0) == 100.0 else ""))
+    for (i, j), value in np.ndenumerate(grid):
+        ax.text(j, i, "–" if np.isnan(value) else f"{value:.3g}", ha="center", va="center", fontsize=8,
+                color="white" if np.isnan(value) or value < np.nanmean(grid) else "black")
+    ax.set_xticks(range(len(xs)), [f"{v:g}" for v in xs])
+    ax.set_yticks(range(len(ys)), [f"{v:g}" for v in ys])
+    ax.set_xlabel(x_label or x)
+    ax.set_ylabel(y_label or y)
+    if title:
+        ax.set_title(title, fontsize=9)
+    _save(fig, path)
+
+
+DELTA_MODES = ("value", "continuous", "none")
+
+
+def rsw_f1(t: np.ndarray, *, function: str = "warp", power: float = 1.0, alpha: float = 0.0, k1: float = 1.0,
+           k2: float = 1.0, delta_scale: float = 1.0, use_delta: bool = True, warp: bool = True,
+           delta: str = "value", **_ignored) -> np.ndarray:
+    """f1 of RSW eq. 7 (or t^power for Table III's V1–V4; t for warp = False), float64, as a value
+    (the loss landscape has no stop-gradient). `delta` reads Δ on [0, α): "value" = the forward
+    value k1·t + k·(1 − k1)·t (= t for k = 1: the landscape equals eq. 4 there), "continuous" =
+    k1·t + (1 − k1)·α (spec Fig. 3 note: continuous, with eq. 7's slopes, the "approximation"
+    the caption names), "none" = k1·t. `_ignored`: other loss hyperparameters (scale, ...)."""
+    t = np.asarray(t, dtype=np.float64)
+    if not warp:
+        return t
+    if function == "power":
+        return t ** power
+    if delta not in DELTA_MODES:
+        raise ValueError(f"delta {delta!r}: expected one of {DELTA_MODES}")
+    inner = k1 * t
+    if use_delta and delta == "value":
+        inner = inner + delta_scale * (1.0 - k1) * t
+    elif use_delta and delta == "continuous" and np.isfinite(alpha):
+        inner = inner + (1.0 - k1) * alpha
+    if not np.isfinite(alpha):
+        return inner
+    return np.where(t < alpha, inner, k2 * t + (1.0 - k2) * alpha)
+
+
+def rsw_f2(t: np.ndarray, *, function: str = "warp", power: float = 1.0, warp: bool = True, **_ignored) -> np.ndarray:
+    """f2 of eq. 8: t, or t^power for Table III's V1–V4."""
+    t = np.asarray(t, dtype=np.float64)
+    return t ** power if warp and function == "power" else t
+
+
+def rsw_landscape(points: np.ndarray, proxies: np.ndarray, hparams: dict, *, ground_truth: int = 0,
+                  scale: float = 1.0, delta: str = "value") -> np.ndarray:
+    """RSW's per-sample loss (eq. 8; eqs. 5/6 with two proxies) at each row of `points` (N, 2)
+    with fixed `proxies` (C, 2) and class `ground_truth`: log(1 + Σ_{j≠gt} exp(s·[f1(t_gt) − f2(t_j)])),
+    computed stably in float64. `hparams`: the loss's (function, power, alpha, k1, k2, ...)."""
+    t = np.linalg.norm(np.asarray(points, np.float64)[:, None, :] - np.asarray(proxies, np.float64)[None], axis=-1)
+    gt = rsw_f1(t[:, ground_truth], **{**hparams, "delta": delta})
+    others = np.delete(rsw_f2(t, **hparams), ground_truth, axis=1)
+    z = scale * (gt[:, None] - others)  # (N, C - 1)
+    top = np.maximum(z.max(axis=1), 0.0)
+    return top + np.log(np.exp(-top) + np.exp(z - top[:, None]).sum(axis=1))
+
+
+def landscape_figure(panels: Sequence[dict], proxies: np.ndarray, path: str | os.PathLike, *,
+                     extent: Sequence[float] = (-6.0, 4.0, -5.0, 5.0), ground_truth: int = 0, scale: float = 1.0,
+                     grid: int = 161) -> None:
+    """RSW Fig. 3/5: one panel per entry of `panels` (`title`, `hparams`, `delta`), the loss
+    landscape over the plane with the proxies marked (ground truth: gold star)."""
+    x0, x1, y0, y1 = extent
+    xs, ys = np.linspace(x0, x1, grid), np.linspace(y0, y1, grid)
+    points = np.stack(np.meshgrid(xs, ys), -1).reshape(-1, 2)
+    proxies = np.asarray(proxies, dtype=np.float64)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        values = rsw_landscape(points, proxies, panel["hparams"], ground_truth=ground_truth, scale=scale,
+                               delta=panel.get("delta", "value")).reshape(grid, grid)
+        filled = ax.contourf(xs, ys, values, levels=30, cmap="viridis")
+        ax.contour(xs, ys, values, levels=12, colors="white", linewidths=0.4, alpha=0.6)
+        fig.colorbar(filled, ax=ax, shrink=0.8)
+        best = np.unravel_index(np.argmin(values), values.shape)
+        ax.plot(xs[best[1]], ys[best[0]], marker="+", color="red", ms=12, mew=2)
+        others = np.arange(len(proxies)) != ground_truth
+        ax.scatter(proxies[others, 0], proxies[others, 1], marker="*", c="grey", s=160, edgecolors="black")
+        ax.scatter(*proxies[ground_truth], marker="*", c="gold", s=200, edgecolors="black")
+        ax.set_title(panel["title"], fontsize=9)
+        ax.set_aspect("equal")
+    _save(fig, path)
+
+
+def embedding_2d_figure(panels: Sequence[dict], path: str | os.PathLike) -> None:
+    """RSW Fig. 10: per panel (`title`, `embeddings` (N, 2), `labels`, `proxies` (C, 2),
+    `proxy_labels`) the embeddings coloured by class and the proxies as stars of their class's
+    colour (grey where no embedding has that class)."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.4), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        emb, labels = np.asarray(panel["embeddings"]), np.asarray(panel["labels"])
+        if emb.ndim != 2 or emb.shape[1] != 2:
+            raise ValueError(f"embedding_2d: {panel['title']}: embeddings of shape {emb.shape}, expected (N, 2) "
+                             f"(set model.embedding_size: 2)")
+        classes = sorted(set(labels.tolist()) | set(np.asarray(panel["proxy_labels"]).tolist()))
+        colour = {c: plt.cm.tab10(i % 10) for i, c in enumerate(classes)}
+        ax.scatter(emb[:, 0], emb[:, 1], c=[colour[c] for c in labels.tolist()], s=6, alpha=0.6)
+        seen = set(labels.tolist())
+        for p, c in zip(np.asarray(panel["proxies"]), np.asarray(panel["proxy_labels"]).tolist()):
+            ax.scatter(p[0], p[1], marker="*", s=220, edgecolors="black",
+                       c=[colour[c] if c in seen else (0.6, 0.6, 0.6, 1.0)])
+        ax.set_title(panel["title"], fontsize=9)
+        ax.set_aspect("equal", adjustable="datalim")
+        ax.grid(alpha=0.3)
+    _save(fig, path)

@@ -9,6 +9,10 @@ kinds
   retrieval  queries and their nearest test neighbours, green/red framed (PFML supp. Fig. 1)
   tsne       t-SNE of a run's test embeddings (PFML supp. Fig. 2)
   toy_field  the 2-D class fields of the method's loss, no training (PFML main Fig. 2)
+  curves     a per-epoch train_log.csv column against the epoch, one line per run (RSW Fig. 9), and the table
+  heatmap    a metric over the grid of two swept keys (RSW Fig. 7), and the table
+  landscape  the analytic RSW loss over the plane for each method's warping function, no runs (RSW Fig. 3/5)
+  embedding_2d  a 2-d run's test embeddings and its final proxies (RSW Fig. 10)
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from . import figures
 from .compare import comparison_table
 from .reported import load_reported
 
-KINDS = ("table", "sweep", "timing", "hparams", "retrieval", "tsne", "toy_field")
+KINDS = ("table", "sweep", "timing", "hparams", "retrieval", "tsne", "toy_field", "curves", "heatmap", "landscape",
+         "embedding_2d")
 SECTION_FILE = "section.json"
 
 
@@ -46,6 +51,8 @@ def build_section(name: str, experiment: Mapping[str, Any], aggregated: pd.DataF
     reported = None
     if spec.get("reported"):
         reported = load_reported(Path(reported_dir) / f"{spec['reported']}.csv", spec.get("block"))
+        if spec.get("block_metrics"):
+            reported = blocks_as_metrics(reported, spec["block_metrics"], list((spec.get("datasets") or {}).values()))
     section = {"experiment": name, "kind": kind, "title": spec.get("title", name),
                "description": experiment.get("description", ""), "paper_says": spec.get("paper_says", ""),
                "reported": spec.get("reported"), "block": spec.get("block"), "table": None, "figures": [],
@@ -54,7 +61,7 @@ def build_section(name: str, experiment: Mapping[str, Any], aggregated: pd.DataF
     methods, datasets = spec.get("methods") or {}, spec.get("datasets") or {}
     seeds = len(experiment.get("seeds", [0]))
     metrics = list(experiment.get("metrics") or [])
-    if kind in ("table", "sweep", "timing"):
+    if kind in ("table", "sweep", "timing", "curves", "heatmap"):
         section["table"] = comparison_table(aggregated, reported, metrics, methods, datasets, seeds)
     if kind == "sweep":
         for metric in spec.get("plot_metrics", metrics[:1]):
@@ -96,8 +103,115 @@ def build_section(name: str, experiment: Mapping[str, Any], aggregated: pd.DataF
             figures.toy_field_figure(loss, points, labels, proxies, proxy_labels, outdir / file)
             section["figures"].append({"file": file, "caption": f"class fields Ψ₁, Ψ₂ of {method} "
                                        f"({loss.extra_repr()}) with the net force −∇Ψ (arrows, direction only)"})
+    elif kind == "curves":
+        column = spec.get("column", "test_recall@1")
+        file = f"{name}_{column.replace('@', '_at_')}.png"
+        figures.curves_figure(run_curves(runs, column, methods), outdir / file, y_label=spec.get("y_label", column))
+        section["figures"].append({"file": file, "caption": f"{spec.get('y_label', column)} (train_log.csv column "
+                                   f"{column}) per epoch, mean over seeds; × = the last finite epoch of a diverged run"})
+    elif kind == "heatmap":
+        metric = (spec.get("plot_metrics") or metrics)[0]
+        for (method, dataset), rows in aggregated.groupby(["method", "dataset"], sort=False):
+            file = f"{name}_{method}_{dataset}_{metric.replace('@', '_at_')}.png"
+            figures.heatmap_figure(rows, spec["x"], spec["y"], metric, outdir / file, x_label=spec.get("x_label"),
+                                   y_label=spec.get("y_label"), title=f"{methods.get(method, method)}, "
+                                   f"{datasets.get(dataset, dataset)}")
+            section["figures"].append({"file": file, "caption": f"{metric} (mean over {seeds} seed(s)) over "
+                                       f"{spec.get('x_label', spec['x'])} × {spec.get('y_label', spec['y'])}"})
+    elif kind == "landscape":
+        panels = [{"title": methods.get(m, m), "hparams": dict(method_configs[m]["loss"].get("hparams") or {}),
+                   "delta": spec.get("delta", "value")} for m in experiment["methods"]]
+        for m in experiment["methods"]:
+            if method_configs[m]["loss"]["name"] != "rsw":
+                raise ValueError(f"experiments.{name}.report.kind landscape: method {m!r} has loss "
+                                 f"{method_configs[m]['loss']['name']!r}, expected rsw")
+        file = f"{name}.png"
+        proxies = spec.get("proxies", [[0.0, 0.0], [2.0, 0.0]])
+        figures.landscape_figure(panels, np.asarray(proxies, dtype=float), outdir / file,
+                                 extent=spec.get("extent", (-6.0, 4.0, -5.0, 5.0)), scale=float(spec.get("scale", 1.0)))
+        section["figures"].append({"file": file, "caption": f"per-sample loss of eq. 8 over the plane, {len(proxies)} "
+                                   f"fixed proxies (gold: ground truth), s = {spec.get('scale', 1.0)}, Δ read as "
+                                   f"{spec.get('delta', 'value')!r}; red +: the grid's minimum"})
+    elif kind == "embedding_2d":
+        file = f"{name}.png"
+        figures.embedding_2d_figure([embedding_panel(run, methods) for run in _first_runs_per_method(runs)],
+                                    outdir / file)
+        section["figures"].append({"file": file, "caption": "test-split embeddings (2-d, coloured by class) and the "
+                                   "final proxies (stars; grey: a class with no embedding shown)"})
     write_json_atomic(outdir / SECTION_FILE, section)
     return section
+
+
+def blocks_as_metrics(reported: pd.DataFrame, block_metrics: Mapping[str, str], printed_datasets: Sequence[str]):
+    """Reported rows of a printed block as a metric of ours: `block_metrics` maps our metric (e.g.
+    `recall@1@gaussian_3`) to the printed block (`Additive Noise: Gaussian`); the printed metric is
+    the one our name starts with (`recall@1`). Rows that print no dataset (RSW Table IV) are read
+    as `printed_datasets` (the report's dataset mapping). Rows of other blocks are dropped."""
+    out = []
+    for ours, block in block_metrics.items():
+        rows = reported[reported["block"] == block]
+        if rows.empty:
+            raise ValueError(f"report.block_metrics: no reported rows in block {block!r}")
+        rows = rows[[ours == m or ours.startswith(m + "@") for m in rows["metric"]]].assign(metric=ours)
+        if rows.empty:
+            raise ValueError(f"report.block_metrics: {ours!r} matches no printed metric of block {block!r}")
+        for printed in printed_datasets or [""]:
+            out.append(rows.assign(dataset=rows["dataset"].where(rows["dataset"] != "", printed)))
+    return pd.concat(out, ignore_index=True)
+
+
+def run_curves(runs: Sequence[Mapping], column: str, methods: Mapping[str, str]) -> list[dict]:
+    """Per (method, dataset, sweep point): the mean over seeds of train_log.csv `column` at each epoch
+    where it was logged (an epoch missing in some seed's log, e.g. after a divergence, averages the rest)."""
+    from .compare import row_label
+
+    groups: dict[tuple, list] = {}
+    for run in runs:
+        log = pd.read_csv(Path(run["dir"]) / "train_log.csv")
+        if column not in log:
+            raise ValueError(f"{run['dir']}/train_log.csv has no column {column!r} (columns: {list(log.columns)}); "
+                             f"per-epoch proxy metrics need eval.proxy_metrics_per_epoch and eval.every > 0")
+        sweep = ", ".join(f"{k}={v}" for k, v in sorted((run.get("sweep") or {}).items()))
+        label = row_label(methods.get(run["method"], run["method"]), sweep)
+        groups.setdefault((label, run["dataset"]), []).append(log)
+    datasets = {d for _, d in groups}
+    out = []
+    for (label, dataset), logs in groups.items():
+        merged = pd.concat([log[["epoch", column]].dropna() for log in logs])
+        mean = merged.groupby("epoch")[column].mean()
+        diverged = any(log["loss"].isna().iloc[-1] and log["epoch"].iloc[-1] > 0 for log in logs)
+        out.append({"label": label if len(datasets) == 1 else f"{label}, {dataset}",
+                    "epoch": mean.index.to_numpy(), "value": mean.to_numpy(), "diverged": diverged})
+    return out
+
+
+def _first_runs_per_method(runs: Sequence[Mapping]) -> list[Mapping]:
+    """The lowest-seed run of each (method, dataset), in declared order."""
+    first: dict[tuple, Mapping] = {}
+    for run in runs:
+        key = (run["method"], run["dataset"])
+        if key not in first or run["seed"] < first[key]["seed"]:
+            first[key] = run
+    return list(first.values())
+
+
+def embedding_panel(run: Mapping, methods: Mapping[str, str]) -> dict:
+    """A 2-d run's test embeddings and its final proxies (from the newest checkpoint), each proxy
+    labelled with its training class (row c = the c-th smallest training label, as the engine maps them)."""
+    from dmlrepro.data.manifest import read_manifest
+    from dmlrepro.evaluation.embeddings_io import load_embeddings
+    from dmlrepro.train.checkpoint import load_latest
+
+    found = load_embeddings(Path(run["dir"]) / "embeddings_test.npz")
+    latest = load_latest(Path(run["dir"]) / "checkpoints")
+    if latest is None or "proxies" not in latest[0]["loss"]:
+        raise ValueError(f"{run['dir']}: no checkpoint with the loss's proxies (loss.proxies) to draw")
+    proxies = latest[0]["loss"]["proxies"].detach().cpu().numpy()
+    dataset = run["config"]["dataset"]
+    manifest = read_manifest(Path(dataset["root"]) / dataset["name"])
+    classes = np.unique(manifest.classes(dataset["train_split"]))
+    return {"title": f"{methods.get(run['method'], run['method'])} ({run['run_id']})", "embeddings": found.embeddings,
+            "labels": found.labels, "proxies": proxies, "proxy_labels": classes[:len(proxies)]}
 
 
 def _first_runs_per_dataset(runs: Sequence[Mapping]) -> list[Mapping]:

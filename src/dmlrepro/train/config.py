@@ -32,6 +32,8 @@ __all__ = [
     "resolve_run_config",
     "config_identity",
     "dump_yaml",
+    "LATE_DEFAULTS",
+    "without_late_defaults",
 ]
 
 #: Parameter groups of the optimizer: the trunk, the rest of the model, the loss's own
@@ -117,6 +119,8 @@ DEFAULTS: dict[str, Any] = {
         "nmi": False,
         "proxy_metrics": [],  # after training, on the train split: "w2" (PFML Table 3), "avg_dtp" (RSW Table III)
         "w_power": 1,  # W₂ as printed (mean distance, 1) or a true W₂ (2): specs/pfml.md §4.4
+        "proxy_metrics_per_epoch": False,  # also log eval.proxy_metrics at every evaluated epoch (RSW Fig. 9)
+        "corruptions": [],  # [{name, severity}]: test metrics under each image corruption (RSW Table IV)
     },
     "checkpoint": {"keep": 2},
     "divergence": {"check_grads": True},
@@ -139,6 +143,25 @@ LOSS_HPARAM_DEFAULTS: dict[str, dict[str, Any]] = {
 #: bit-identity after a resume holds only when they stay the same.
 RUNTIME_KEYS = (("dataset", "root"), ("dataset", "prepare"), ("model", "weights_cache_dir"),
                 (None, "device"), (None, "num_workers"), (None, "threads"))
+
+
+#: Keys added after finished runs existed, with the default that means "off": at that default
+#: they are left out of a run's identity (``config_identity``, ``dmlrepro.runs.run_identity``) and
+#: of the workflow's run configs, so adding them changed no existing run id and retrained nothing.
+LATE_DEFAULTS: dict[tuple[str, str], Any] = {
+    ("eval", "proxy_metrics_per_epoch"): False,
+    ("eval", "corruptions"): [],
+}
+
+
+def without_late_defaults(cfg: Mapping[str, Any]) -> dict:
+    """A copy of ``cfg`` without the ``LATE_DEFAULTS`` keys that hold their default value."""
+    out = copy.deepcopy(dict(cfg))
+    for (section, key), default in LATE_DEFAULTS.items():
+        node = out.get(section)
+        if isinstance(node, dict) and key in node and node[key] == default:
+            node.pop(key)
+    return out
 
 
 class ConfigError(ValueError):
@@ -414,6 +437,13 @@ def resolve_run_config(partial: Mapping[str, Any] | None) -> dict:
         raise _err("eval.proxy_metrics", e["proxy_metrics"], "an empty list with eval.select best_test (they "
                    "describe the final proxies)")
     _choice(cfg, "eval.w_power", (1, 2))
+    _bool(cfg, "eval.proxy_metrics_per_epoch")
+    if e["proxy_metrics_per_epoch"] and not e["proxy_metrics"]:
+        raise _err("eval.proxy_metrics_per_epoch", True, "false, or a non-empty eval.proxy_metrics to log")
+    e["corruptions"] = _corruptions(e["corruptions"])
+    if e["corruptions"] and (e["select"] != "last" or cfg["dataset"]["gallery_split"] is not None):
+        raise _err("eval.corruptions", e["corruptions"], "an empty list with eval.select best_test or a "
+                   "dataset.gallery_split (they evaluate the final model on the test split alone)")
 
     _num(cfg, "checkpoint.keep", lo=1, integer=True)
     _bool(cfg, "divergence.check_grads")
@@ -425,6 +455,34 @@ def resolve_run_config(partial: Mapping[str, Any] | None) -> dict:
 
     _check_loss(cfg)
     return cfg
+
+
+def _corruptions(value: Any) -> list[dict]:
+    """eval.corruptions: a list of {name, severity} (RSW Table IV, dmlrepro.data.corruptions)."""
+    from dmlrepro.data.corruptions import CORRUPTIONS
+
+    key = "eval.corruptions"
+    if not isinstance(value, (list, tuple)):
+        raise _err(key, value, "a list of {name, severity} mappings")
+    out, seen = [], set()
+    for item in value:
+        if not isinstance(item, Mapping) or set(item) - {"name", "severity"} or "name" not in item:
+            raise _err(key, item, "a mapping with keys name (and severity)")
+        name, severity = item["name"], item.get("severity")
+        if name not in CORRUPTIONS:
+            raise _err(f"{key}[].name", name, f"one of {sorted(CORRUPTIONS)}")
+        if severity is not None and (isinstance(severity, bool) or severity not in (1, 2, 3, 4, 5)):
+            raise _err(f"{key}[].severity", severity, "null (imgaug's default range) or an integer 1..5")
+        if (name, severity) in seen:
+            raise _err(key, item, "each {name, severity} at most once")
+        seen.add((name, severity))
+        out.append({"name": name, "severity": severity})
+    return out
+
+
+def corruption_suffix(item: Mapping[str, Any]) -> str:
+    """The metric suffix of one eval.corruptions entry: `gaussian_3`, or `gaussian` (default range)."""
+    return item["name"] if item.get("severity") is None else f"{item['name']}_{item['severity']}"
 
 
 def _check_loss(cfg: dict) -> None:
@@ -447,7 +505,7 @@ def _check_loss(cfg: dict) -> None:
 
 def config_identity(cfg: Mapping[str, Any]) -> dict:
     """The resolved config without the runtime keys (what must match to resume a run)."""
-    out = copy.deepcopy(dict(cfg))
+    out = without_late_defaults(cfg)
     for section, key in RUNTIME_KEYS:
         node = out if section is None else out.get(section)
         if isinstance(node, dict):

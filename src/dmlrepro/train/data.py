@@ -58,7 +58,9 @@ def _normalization(dcfg: dict[str, Any], model) -> tuple[str, Any]:
     return norm, None
 
 
-def build_transforms(dcfg: dict[str, Any], model):
+def build_transforms(dcfg: dict[str, Any], model, corruption=None):
+    """(train, eval) transforms; `corruption` (dmlrepro.data.corruptions) is applied to the eval
+    transform's uint8 centre crop before normalisation (RSW Table IV)."""
     from torchvision.transforms import v2
 
     from dmlrepro.data import build_transform
@@ -67,7 +69,7 @@ def build_transforms(dcfg: dict[str, Any], model):
     common = dict(size=dcfg["image_size"], resize=dcfg["resize"], resize_mode=dcfg["resize_mode"], normalization=norm)
     train = build_transform(True, **common, scale=tuple(dcfg["scale"]), ratio=tuple(dcfg["ratio"]),
                             train_resize=dcfg["train_resize"], train_crop=dcfg["train_crop"], hflip=dcfg["hflip"])
-    test = build_transform(False, **common)
+    test = build_transform(False, **common, corruption=corruption)
     if extra is not None:
         train, test = v2.Compose([train, extra]), v2.Compose([test, extra])
     return train, test
@@ -130,6 +132,13 @@ def build_train_eval(dcfg: dict[str, Any], manifest, model):
     from dmlrepro.data import ManifestDataset
 
     return ManifestDataset(manifest, split=dcfg["train_split"], transform=build_transforms(dcfg, model)[1])
+
+
+def build_test_corrupted(dcfg: dict[str, Any], manifest, model, corruption):
+    """The test split with the eval transform followed by `corruption` (RSW Table IV)."""
+    from dmlrepro.data import ManifestDataset
+
+    return ManifestDataset(manifest, split=dcfg["test_split"], transform=build_transforms(dcfg, model, corruption)[1])
 
 
 def build_batch_sampler(dcfg: dict[str, Any], train_ds, seed: int):

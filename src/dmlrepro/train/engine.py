@@ -90,7 +90,13 @@ def train_run(config: dict, outdir: str | os.PathLike, *, progress: bool | None 
     """
     cfg = resolve_run_config(config)
     outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        blocker = next((p for p in outdir.parents if p.exists()), outdir)
+        kind = "is a file" if blocker.is_file() else "is not writable"
+        raise ConfigError(f"OUTDIR {outdir}: cannot create the run folder ({error.strerror}; {blocker} {kind}); "
+                          f"expected a writable folder path") from error
     with _run_lock(outdir):
         return _train_locked(cfg, outdir, progress)
 
@@ -282,16 +288,27 @@ class _Trainer:
             if self.cfg["eval"]["before_training"]:
                 t0 = time.perf_counter()
                 metrics = self._evaluate(0)
-                self.pos["history"].append(self._row(0, 0, None, None, time.perf_counter() - t0, metrics))
+                self.pos["history"].append(self._row(0, 0, None, None, time.perf_counter() - t0, metrics,
+                                                     self._epoch_proxy_metrics(metrics)))
         for epoch in range(self.pos["epoch"], self.cfg["epochs"] + 1):
             diverged = self._train_epoch(epoch)
             if diverged:
                 return self._finish_diverged(diverged)
         return self._finish_completed()
 
-    def _row(self, epoch, steps, loss, lrs, seconds, metrics) -> dict[str, Any]:
-        return {"epoch": epoch, "steps": steps, "loss": loss, "lrs": lrs, "seconds": seconds,
-                "phase": 2 if epoch and in_followup(self.cfg, epoch) else 1, "test_metrics": metrics}
+    def _row(self, epoch, steps, loss, lrs, seconds, metrics, proxy_metrics=None) -> dict[str, Any]:
+        row = {"epoch": epoch, "steps": steps, "loss": loss, "lrs": lrs, "seconds": seconds,
+               "phase": 2 if epoch and in_followup(self.cfg, epoch) else 1, "test_metrics": metrics}
+        if proxy_metrics is not None:  # only with eval.proxy_metrics_per_epoch (older histories lack the key)
+            row["proxy_metrics"] = proxy_metrics
+        return row
+
+    def _epoch_proxy_metrics(self, metrics: dict[str, float] | None) -> dict[str, float] | None:
+        """eval.proxy_metrics of the current proxies and model, at an evaluated epoch whose test
+        embeddings were finite, when eval.proxy_metrics_per_epoch asks for them (RSW Fig. 9)."""
+        if metrics is None or not self.cfg["eval"]["proxy_metrics_per_epoch"]:
+            return None
+        return self._proxy_metrics()
 
     def _apply_epoch_settings(self, epoch: int) -> dict[str, float]:
         cfg = self.cfg
@@ -346,7 +363,8 @@ class _Trainer:
                 return {"epoch": epoch, "step": pos["batch"], "global_step": pos["global_step"],
                         "what": "embeddings", "lrs": lrs}
         loss_mean = pos["epoch_loss_sum"] / max(pos["epoch_steps"], 1)
-        pos["history"].append(self._row(epoch, pos["epoch_steps"], loss_mean, lrs, pos["epoch_seconds"], metrics))
+        pos["history"].append(self._row(epoch, pos["epoch_steps"], loss_mean, lrs, pos["epoch_seconds"], metrics,
+                                        self._epoch_proxy_metrics(metrics)))
         pos.update(epoch=epoch + 1, batch=0, epoch_loss_sum=0.0, epoch_steps=0, epoch_seconds=0.0)
         self._write_log()
         self._save()
@@ -449,22 +467,27 @@ class _Trainer:
 
     def _write_log(self) -> None:
         names = [g["name"] for g in self.optimizer.param_groups]
+        # per-epoch proxy metrics (RSW Fig. 9's AvgDTP): one column each, only when asked for
+        per_epoch = list(self.cfg["eval"]["proxy_metrics"]) if self.cfg["eval"]["proxy_metrics_per_epoch"] else []
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(["epoch", "phase", "steps", "loss", *[f"lr_{n}" for n in names], "seconds", "test_recall@1"])
+        w.writerow(["epoch", "phase", "steps", "loss", *[f"lr_{n}" for n in names], "seconds", "test_recall@1",
+                    *per_epoch])
         for r in self.pos["history"]:
             lrs = r["lrs"] or {}
             m = r["test_metrics"]
+            pm = r.get("proxy_metrics") or {}
             w.writerow([r["epoch"], r["phase"], r["steps"], "" if r["loss"] is None else repr(float(r["loss"])),
                         *[repr(lrs[n]) if n in lrs else "" for n in names], f"{r['seconds']:.3f}",
-                        "" if not m else repr(m["recall@1"])])
+                        "" if not m else repr(m["recall@1"]), *[repr(pm[n]) if n in pm else "" for n in per_epoch]])
         atomic_write_text(self.outdir / "train_log.csv", buf.getvalue())
 
-    def _last_finite(self) -> tuple[int | None, dict[str, float]]:
+    def _last_finite(self) -> tuple[int | None, dict[str, float], dict[str, float] | None]:
+        """Epoch, test metrics and (when logged per epoch) proxy metrics of the last finite evaluation."""
         for r in reversed(self.pos["history"]):
             if r["test_metrics"]:
-                return r["epoch"], r["test_metrics"]
-        return None, {}
+                return r["epoch"], r["test_metrics"], r.get("proxy_metrics")
+        return None, {}, None
 
     def _common(self) -> dict[str, Any]:
         hist = self.pos["history"]
@@ -498,7 +521,14 @@ class _Trainer:
             epoch = self.cfg["epochs"]
         extra = {"status": "completed", "epoch": epoch, "diverged_at": None, **self._common()}
         if self.cfg["eval"]["proxy_metrics"]:
-            extra["proxy_metrics"] = self._proxy_metrics()
+            last = self.pos["history"][-1] if self.pos["history"] else {}
+            logged = last.get("proxy_metrics") if last.get("epoch") == self.cfg["epochs"] else None
+            extra["proxy_metrics"] = logged if logged is not None else self._proxy_metrics()
+        if self.cfg["eval"]["corruptions"]:  # RSW Table IV: the final model on corrupted test images
+            from .evaluate import corruption_metrics
+
+            extra["corruption_metrics"] = corruption_metrics(self.model, self.cfg, self.manifest, device=self.device,
+                                                             amp_dtype=self.amp_dtype, progress=self.progress)
         res = final_metrics(self.outdir, self.cfg, extra)
         _say(f"completed: epoch {epoch} test recall@1 = {res['metrics']['recall@1']:.4f} ({self.outdir})")
         return res
@@ -510,11 +540,13 @@ class _Trainer:
         pos["history"].append(self._row(info["epoch"], pos["epoch_steps"], loss_mean, info["lrs"],
                                         pos["epoch_seconds"], None))
         self._write_log()
-        epoch, metrics = self._last_finite()
+        epoch, metrics, proxy = self._last_finite()
         record = {"status": "diverged", "epoch": epoch, "metrics": metrics,
                   "diverged_at": {k: info[k] for k in ("epoch", "step", "global_step", "what")},
                   "distance": self.cfg["eval"]["distance"], "ks": self.cfg["eval"]["ks"],
                   "split": self.cfg["dataset"]["test_split"], **self._common()}
+        if proxy is not None:  # the proxy metrics of that same last finite evaluation (RSW Table III)
+            record["proxy_metrics"] = proxy
         write_json_atomic(self.outdir / "metrics.json", record)
         _say(f"diverged: non-finite {info['what']} at epoch {info['epoch']} step {info['step']}; "
              f"last finite evaluation: epoch {epoch} ({self.outdir}/metrics.json)")

@@ -60,6 +60,36 @@ def embedding_metrics(emb: np.ndarray, labels: np.ndarray, cfg: dict[str, Any],
     return metrics
 
 
+#: the seed of every corruption's per-image draw: the same corrupted test images for every run
+CORRUPTION_SEED = 0
+
+
+def corruption_metrics(model, cfg: dict[str, Any], manifest, *, device: torch.device,
+                       amp_dtype: torch.dtype | None = None, progress: bool = False) -> dict[str, float | None]:
+    """Test metrics of `model` with every test image corrupted by each `eval.corruptions` entry
+    (RSW Table IV: train clean, evaluate corrupted), flat: `<metric>@<name>_<severity>` (e.g.
+    `recall@1@gaussian_3`; `<metric>@<name>` for imgaug's default range). A corruption whose
+    embeddings are not finite gives None for its metrics."""
+    from dmlrepro.data.corruptions import build_corruption
+
+    from .config import corruption_suffix
+    from .data import build_test_corrupted
+
+    out: dict[str, float | None] = {}
+    names = [f"recall@{k}" for k in cfg["eval"]["ks"]] + ["precision@1", "r_precision", "map@r"]
+    for item in cfg["eval"]["corruptions"]:
+        corruption = build_corruption(item["name"], severity=item["severity"], seed=CORRUPTION_SEED)
+        ds = build_test_corrupted(cfg["dataset"], manifest, model, corruption)
+        emb, labels, _ = compute_embeddings(model, ds, batch_size=cfg["dataset"]["eval_batch_size"], device=device,
+                                            num_workers=cfg["num_workers"], amp_dtype=amp_dtype, progress=progress,
+                                            desc=f"eval test, {corruption_suffix(item)}")
+        metrics = embedding_metrics(emb, labels, cfg)
+        suffix = corruption_suffix(item)
+        for name in (names + (["nmi"] if cfg["eval"]["nmi"] else [])) if metrics is None else metrics:
+            out[f"{name}@{suffix}"] = None if metrics is None else float(metrics[name])
+    return out
+
+
 def final_metrics(outdir: Path, cfg: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """metrics.json content from the saved embeddings, merged with the run's record ``extra``."""
     from dmlrepro.atomic import write_json_atomic
