@@ -135,6 +135,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--anchors", default="pml,torch", help="comma list of: pml, torch")
     ap.add_argument("--no-sop-ks", action="store_true", help="skip the k=1000 SOP Recall@K run")
+    ap.add_argument("--device", default=None,
+                    help="our metrics' device: cpu, cuda, cuda:N (faiss on the GPU needs the gpu extra); "
+                         "default: where the inputs are (numpy: CPU)")
     args = ap.parse_args()
 
     import faiss
@@ -150,11 +153,11 @@ def main() -> None:
         f" faiss {faiss.__version__} omp threads {faiss.omp_get_max_threads()}"
     )
     print(f"an N×N float32 matrix would be {args.n**2 * 4 / 2**30:.1f} GiB")
-    retrieval_metrics(x[:2000], y[:2000])  # warm-up (faiss/BLAS/OpenMP initialisation)
+    retrieval_metrics(x[:2000], y[:2000], device=args.device)  # warm-up (faiss/BLAS/OpenMP/CUDA initialisation)
 
-    steps = [("ours", lambda: retrieval_metrics(x, y, ks=(1,)))]
+    steps = [("ours", lambda: retrieval_metrics(x, y, ks=(1,), device=args.device))]
     if not args.no_sop_ks:
-        steps.append(("ours-sop-ks", lambda: retrieval_metrics(x, y, ks=(1, 10, 100, 1000))))
+        steps.append(("ours-sop-ks", lambda: retrieval_metrics(x, y, ks=(1, 10, 100, 1000), device=args.device)))
     anchors = [a.strip() for a in args.anchors.split(",") if a.strip()]
     for a in anchors:
         if a == "pml":
