@@ -42,18 +42,31 @@ def dataset_params(wildcards):
     return DATASET_PARAMS.get(wildcards.dataset, {})
 
 
-def experiment_metrics(wildcards):
-    return [
-        f"{RESULTS}/runs/{run.run_id}/metrics.json"
-        for run in experiment_runs(RUNS, wildcards.experiment)
-    ]
+def experiment_run_files(name):
+    """Input function: the file `name` in the folder of every run of the experiment."""
+
+    def files(wildcards):
+        return [
+            f"{RESULTS}/runs/{run.run_id}/{name}"
+            for run in experiment_runs(RUNS, wildcards.experiment)
+        ]
+
+    return files
 
 
-def experiment_logs(wildcards):
-    return [
-        f"{RESULTS}/runs/{run.run_id}/train_log.csv"
-        for run in experiment_runs(RUNS, wildcards.experiment)
-    ]
+experiment_metrics = experiment_run_files("metrics.json")
+experiment_logs = experiment_run_files("train_log.csv")
+
+
+def run_record(run, **extra):
+    """What a script needs to know of a run: id, method, dataset, seed, then `extra`."""
+    return {
+        "run_id": run.run_id,
+        "method": run.method,
+        "dataset": run.dataset,
+        "seed": run.seed,
+        **extra,
+    }
 
 
 def experiment_manifests(wildcards):
@@ -67,28 +80,19 @@ def experiment_manifests(wildcards):
 def section_runs(wildcards):
     """The experiment's runs for the report: ids, resolved configs (data under DATA), folders."""
     return [
-        {
-            "run_id": run.run_id,
-            "method": run.method,
-            "dataset": run.dataset,
-            "seed": run.seed,
-            "config": canonical(deep_merge(run.config, {"dataset": {"root": DATA}})),
-            "dir": f"{RESULTS}/runs/{run.run_id}",
-            "sweep": canonical(run.experiments[wildcards.experiment]),
-        }
+        run_record(
+            run,
+            config=canonical(deep_merge(run.config, {"dataset": {"root": DATA}})),
+            dir=f"{RESULTS}/runs/{run.run_id}",
+            sweep=canonical(run.experiments[wildcards.experiment]),
+        )
         for run in experiment_runs(RUNS, wildcards.experiment)
     ]
 
 
 def experiment_records(wildcards):
     return [
-        {
-            "run_id": run.run_id,
-            "method": run.method,
-            "dataset": run.dataset,
-            "seed": run.seed,
-            "sweep": run.experiments[wildcards.experiment],
-        }
+        run_record(run, sweep=run.experiments[wildcards.experiment])
         for run in experiment_runs(RUNS, wildcards.experiment)
     ]
 
@@ -122,14 +126,7 @@ def experiment_methods(wildcards):
 
 def provenance_runs(wildcards):
     return [
-        {
-            "run_id": run.run_id,
-            "method": run.method,
-            "dataset": run.dataset,
-            "seed": run.seed,
-            "device": run.config["device"],
-            "epochs": run.config["epochs"],
-        }
+        run_record(run, device=run.config["device"], epochs=run.config["epochs"])
         for run in RUNS.values()
     ]
 

@@ -122,4 +122,21 @@ def _check_images(name: str, staging: Path, paths: Sequence[str]) -> None:
 
 
 def load_prepared(root: str | os.PathLike, name: str) -> Manifest:
-    return read_manifest(manifest_path(root, name))
+    """The prepared manifest, refused when its totals differ from those recorded at preparation
+    (``prepare_info.json``): a manifest cut at a line end (a crash of a non-atomic writer, a partial
+    copy) still parses, and training would silently use fewer images (found by tests/faults).
+    Totals only: a split may be re-labelled on purpose (query/gallery)."""
+    manifest = read_manifest(manifest_path(root, name))
+    info_path = dataset_dir(root, name) / INFO_NAME
+    try:
+        recorded = json.loads(info_path.read_text()).get("counts")
+    except (OSError, ValueError, AttributeError):
+        return manifest  # nothing recorded to compare with (e.g. a dataset prepared by hand)
+    got = manifest.counts()
+    if isinstance(recorded, dict) and any(recorded.get(k) != got[k] for k in ("images", "classes")):
+        bad = "; ".join(f"{k}: {got[k]} (manifest) vs {recorded.get(k)} (prepared)" for k in ("images", "classes")
+                        if got[k] != recorded.get(k))
+        raise ManifestError(f"{manifest.source} does not match {info_path} ({bad}): the manifest is truncated "
+                            f"or was edited; prepare the dataset again (delete {manifest.source}, or "
+                            f"`python -m dmlrepro.data.cli prepare {name} --root {root} --force`)")
+    return manifest

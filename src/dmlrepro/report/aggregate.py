@@ -21,6 +21,25 @@ from dmlrepro.atomic import atomic_write_text
 TIMING = ("seconds_per_epoch", "train_hours")  # kept for diverged runs too: they cost the time
 
 
+def sweep_label(point: Mapping[str, Any]) -> str:
+    """A sweep point as the tables' `sweep` column shows it: "k1=v1, k2=v2" (keys sorted); {} -> ""."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(point.items()))
+
+
+def sweep_points(aggregated: pd.DataFrame, key: str) -> pd.Series:
+    """The swept value of `key` in each row of an aggregated table (sweep_label read back)."""
+    import yaml
+
+    def value(sweep):
+        for part in str(sweep or "").split(", "):
+            name, _, text = part.partition("=")
+            if name == key:
+                return yaml.safe_load(text)
+        raise ValueError(f"sweep {sweep!r} has no key {key!r}")
+
+    return aggregated["sweep"].map(value)
+
+
 def aggregate_runs(records: Iterable[Mapping[str, Any]], metrics: list[str], *,
                    last_finite: bool = False) -> pd.DataFrame:
     """One row per (method, dataset, sweep point): `<metric>_mean`, `<metric>_std`, seeds, diverged.
@@ -34,7 +53,7 @@ def aggregate_runs(records: Iterable[Mapping[str, Any]], metrics: list[str], *,
     for record in records:
         result = record["result"]
         row = {"method": record["method"], "dataset": record["dataset"],
-               "sweep": ", ".join(f"{k}={v}" for k, v in sorted(record["sweep"].items())),
+               "sweep": sweep_label(record["sweep"]),
                "seed": record["seed"], "diverged": result.get("status") == "diverged"}
         measured = {**(record.get("timing") or {}), **(result.get("proxy_metrics") or {}),
                     **(result.get("corruption_metrics") or {}), **(result.get("metrics") or {})}

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from .aggregate import sweep_points  # noqa: E402
 from .reported import paper_units  # noqa: E402
 
 DPI = 110
@@ -25,20 +26,6 @@ def _save(fig, path: str | os.PathLike) -> None:
     with atomic_open(path, "wb") as handle:
         fig.savefig(handle, format="png", dpi=DPI, bbox_inches="tight")
     plt.close(fig)
-
-
-def sweep_points(aggregated: pd.DataFrame, key: str) -> pd.Series:
-    """The swept value of `key` in each row of an aggregated table (its `sweep` column)."""
-    import yaml
-
-    def value(sweep):
-        for part in str(sweep or "").split(", "):
-            name, _, text = part.partition("=")
-            if name == key:
-                return yaml.safe_load(text)
-        raise ValueError(f"sweep {sweep!r} has no key {key!r}")
-
-    return aggregated["sweep"].map(value)
 
 
 def sweep_figure(aggregated: pd.DataFrame, key: str, metric: str, path: str | os.PathLike, *,

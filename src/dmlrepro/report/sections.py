@@ -28,6 +28,7 @@ import pandas as pd
 from dmlrepro.atomic import write_json_atomic
 
 from . import figures
+from .aggregate import sweep_label
 from .compare import comparison_table
 from .reported import load_reported
 
@@ -171,8 +172,7 @@ def run_curves(runs: Sequence[Mapping], column: str, methods: Mapping[str, str])
         if column not in log:
             raise ValueError(f"{run['dir']}/train_log.csv has no column {column!r} (columns: {list(log.columns)}); "
                              f"per-epoch proxy metrics need eval.proxy_metrics_per_epoch and eval.every > 0")
-        sweep = ", ".join(f"{k}={v}" for k, v in sorted((run.get("sweep") or {}).items()))
-        label = row_label(methods.get(run["method"], run["method"]), sweep)
+        label = row_label(methods.get(run["method"], run["method"]), sweep_label(run.get("sweep") or {}))
         groups.setdefault((label, run["dataset"]), []).append(log)
     datasets = {d for _, d in groups}
     out = []
@@ -185,14 +185,19 @@ def run_curves(runs: Sequence[Mapping], column: str, methods: Mapping[str, str])
     return out
 
 
+def _lowest_seed_runs(runs: Sequence[Mapping], key) -> list[Mapping]:
+    """The lowest-seed run of each group `key(run)` (the first such run on a tie), groups in declared order."""
+    chosen: dict[Any, Mapping] = {}
+    for run in runs:
+        group = key(run)
+        if group not in chosen or run["seed"] < chosen[group]["seed"]:
+            chosen[group] = run
+    return list(chosen.values())
+
+
 def _first_runs_per_method(runs: Sequence[Mapping]) -> list[Mapping]:
     """The lowest-seed run of each (method, dataset), in declared order."""
-    first: dict[tuple, Mapping] = {}
-    for run in runs:
-        key = (run["method"], run["dataset"])
-        if key not in first or run["seed"] < first[key]["seed"]:
-            first[key] = run
-    return list(first.values())
+    return _lowest_seed_runs(runs, lambda run: (run["method"], run["dataset"]))
 
 
 def embedding_panel(run: Mapping, methods: Mapping[str, str]) -> dict:
@@ -215,12 +220,9 @@ def embedding_panel(run: Mapping, methods: Mapping[str, str]) -> dict:
 
 
 def _first_runs_per_dataset(runs: Sequence[Mapping]) -> list[Mapping]:
-    """The experiment's first run on each dataset (its first method, lowest seed)."""
-    first: dict[str, Mapping] = {}
-    for run in runs:
-        if run["dataset"] not in first or run["seed"] < first[run["dataset"]]["seed"]:
-            first.setdefault(run["dataset"], run)
-    return list(first.values())
+    """The experiment's first method's lowest-seed run on each dataset."""
+    first_method = [run for run in runs if run["method"] == runs[0]["method"]] if runs else []
+    return _lowest_seed_runs(first_method, lambda run: run["dataset"])
 
 
 def _queries(run: Mapping, count: int, k: int) -> list[dict]:

@@ -193,12 +193,18 @@ def _merge(base: dict, override: Mapping, prefix: str, free: set[str]) -> dict:
 
 
 # -- small checkers ----------------------------------------------------------------------------
-def _num(cfg: dict, key: str, *, lo: float | None = None, lo_open=False, allow_none=False, integer=False):
+def _parent(cfg: dict, key: str) -> tuple[dict, str]:
+    """The mapping holding dotted `key` ("optimizer.lr" -> cfg["optimizer"]) and the last part."""
+    *path, last = key.split(".")
     node = cfg
-    parts = key.split(".")
-    for p in parts[:-1]:
-        node = node[p]
-    v = node[parts[-1]]
+    for part in path:
+        node = node[part]
+    return node, last
+
+
+def _num(cfg: dict, key: str, *, lo: float | None = None, lo_open=False, allow_none=False, integer=False):
+    node, last = _parent(cfg, key)
+    v = node[last]
     if v is None and allow_none:
         return
     if isinstance(v, str) and not integer:  # PyYAML reads "1e-4" (no dot) as a string
@@ -211,34 +217,25 @@ def _num(cfg: dict, key: str, *, lo: float | None = None, lo_open=False, allow_n
         raise _err(key, v, ("an integer" if integer else "a finite number") + (" or null" if allow_none else ""))
     if lo is not None and (v <= lo if lo_open else v < lo):
         raise _err(key, v, f"a number {'>' if lo_open else '>='} {lo}")
-    node[parts[-1]] = v if integer else float(v)
+    node[last] = v if integer else float(v)
 
 
 def _choice(cfg: dict, key: str, choices) -> None:
-    node = cfg
-    parts = key.split(".")
-    for p in parts[:-1]:
-        node = node[p]
-    v = node[parts[-1]]
+    node, last = _parent(cfg, key)
+    v = node[last]
     if v not in choices:
         raise _err(key, v, f"one of {list(choices)}")
 
 
 def _bool(cfg: dict, key: str) -> None:
-    node = cfg
-    parts = key.split(".")
-    for p in parts[:-1]:
-        node = node[p]
-    if not isinstance(node[parts[-1]], bool):
-        raise _err(key, node[parts[-1]], "true or false")
+    node, last = _parent(cfg, key)
+    if not isinstance(node[last], bool):
+        raise _err(key, node[last], "true or false")
 
 
 def _group_map(cfg: dict, key: str, *, require_all: bool) -> None:
-    node = cfg
-    parts = key.split(".")
-    for p in parts[:-1]:
-        node = node[p]
-    m = node[parts[-1]]
+    node, last = _parent(cfg, key)
+    m = node[last]
     if not isinstance(m, Mapping):
         raise _err(key, m, f"a mapping with keys among {list(GROUPS)}")
     for g, v in m.items():

@@ -188,28 +188,6 @@ def _finished_record(mpath: Path) -> dict[str, Any] | None:
     return None
 
 
-def _check_manifest_complete(manifest, dcfg: dict[str, Any]) -> None:
-    """Refuse a manifest whose counts differ from those recorded when the dataset was prepared
-    (``prepare_info.json``). Fault injection (tests/faults): a manifest.csv cut at a line
-    boundary (a crash of a non-atomic writer, a partial copy) still parses, and training then
-    silently used fewer images. The natural home of this check is the data layer's loader."""
-    from dmlrepro.data.prepared import INFO_NAME
-
-    info_path = Path(dcfg["root"]) / dcfg["name"] / INFO_NAME
-    try:
-        recorded = json.loads(info_path.read_text()).get("counts")
-    except (OSError, ValueError, AttributeError):
-        return  # nothing recorded to compare with (e.g. a dataset prepared by hand)
-    got = manifest.counts()
-    # totals only: a cut manifest loses rows, while a split may be re-labelled on purpose (query/gallery)
-    if isinstance(recorded, dict) and any(recorded.get(k) != got[k] for k in ("images", "classes")):
-        bad = "; ".join(f"{k}: {got[k]} (manifest) vs {recorded.get(k)} (prepared)" for k in ("images", "classes")
-                        if got[k] != recorded.get(k))
-        raise FileNotFoundError(f"{manifest.source} does not match {info_path} ({bad}): the manifest is truncated "
-                                f"or was edited; prepare the dataset again (delete {manifest.source}, or "
-                                f"`python -m dmlrepro.data.cli prepare {dcfg['name']} --root {dcfg['root']} --force`)")
-
-
 class _Trainer:
     def __init__(self, cfg: dict, plain: dict, outdir: Path, progress: bool, stop: StopFlag):
         self.cfg, self.plain, self.outdir, self.progress, self.stop = cfg, plain, outdir, progress, stop
@@ -224,8 +202,7 @@ class _Trainer:
 
         seed_everything(cfg["seed"])  # model init from the run's seed (a bad model config fails before the data)
         self.model = build_run_model(cfg)
-        self.manifest = manifest = open_manifest(cfg["dataset"])
-        _check_manifest_complete(manifest, cfg["dataset"])
+        self.manifest = manifest = open_manifest(cfg["dataset"])  # refuses a truncated manifest (data layer)
         self.train_ds, self.test_ds, self.labelmap = build_datasets(cfg["dataset"], manifest, self.model)
         self.gallery_ds = build_gallery(cfg["dataset"], manifest, self.model)
         # the loss's init (proxies) from its own stream: independent of whatever preparing the data did
