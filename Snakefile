@@ -6,7 +6,11 @@ from snakemake.utils import min_version
 min_version("8.25")
 
 
-configfile: "config/config.yaml"
+# the embedded default, unless `--configfile FILE` names another config: that one then stands alone
+# (Snakemake would otherwise deep-merge it over this one, pulling the default's experiments in)
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"

@@ -1,9 +1,12 @@
-"""config/paper.yaml: the PFML paper's full settings (docs/paper-config.md).
+"""config/paper.yaml: the PFML, RSW and ASAP papers' full settings (docs/paper-config.md).
 
-The config must validate against the workflow schema, resolve to the run counts of the table in
+The config must validate against the workflow schema, resolve to the run counts of the tables in
 docs/paper-config.md (a config edit that adds, drops or un-shares runs fails here), train only on
-the real benchmarks at 224 px, and carry supp. Table 5's values — checked against the paper's own
-transcription in config/reported/pfml_supp_table5.csv, not against the config's text.
+the real benchmarks at 224 px (RSW's large-crop row at 256 px, its toy on digits), and carry PFML
+supp. Table 5's values — checked against the paper's own transcription in
+config/reported/pfml_supp_table5.csv, not against the config's text — and the RSW code's
+per-dataset values (shared/specs/rsw.md §3.4, transcribed below); ASAP's per-dataset values (asap.md §2.6)
+are checked against dmlrepro.asap.settings.SETTINGS and the spec's tables transcribed below.
 """
 
 import copy
@@ -19,8 +22,8 @@ from dmlrepro.runs import experiment_runs, resolve_runs
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config" / "paper.yaml"
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
-REAL = {"cub200", "cars196", "sop"}
-PRINTED = {"cub200": "CUB-200-2011", "cars196": "Cars-196", "sop": "SOP"}
+REAL = {"cub200", "cars196", "sop", "inshop"}
+PRINTED = {"cub200": "CUB-200-2011", "cars196": "Cars-196", "sop": "SOP", "inshop": "In-Shop"}
 
 # experiment -> (runs it resolves to, new runs after deduplication in this order); docs/paper-config.md
 COUNTS = {
@@ -50,9 +53,51 @@ COUNTS = {
     "pfml_supp_fig1_retrieval_sop": (1, 0),
     "pfml_supp_fig2_tsne": (1, 0),
     "pfml_fig2_toy_field": (0, 0),
+    # RSW (spec §6 T1a-T1d, T2-T4, T6-T8, T11-T13; Tables V-VIII published only)
+    "rsw_table1": (5, 5),
+    "rsw_table1_cars": (5, 5),
+    "rsw_table1_sop": (5, 5),
+    "rsw_table1_noval_cub": (15, 15),
+    "rsw_table1_noval_cars": (15, 15),
+    "rsw_table1_noval_sop": (15, 15),
+    "rsw_table2": (5, 0),
+    "rsw_table2_cars": (5, 0),
+    "rsw_table2_sop": (5, 0),
+    "rsw_table3": (11, 11),
+    "rsw_table4_corruptions": (2, 1),
+    "rsw_fig6_alpha": (20, 20),
+    "rsw_fig7_k1_k2": (36, 36),
+    "rsw_fig8_delta": (10, 9),
+    "rsw_fig3_landscape": (0, 0),
+    "rsw_fig5_landscape": (0, 0),
+    "rsw_fig10_toy": (2, 2),
+    "rsw_table5_face": (0, 0),
+    "rsw_table6_reality_check_cub": (0, 0),
+    "rsw_table7_reality_check_cars": (0, 0),
+    "rsw_table8_reality_check_sop": (0, 0),
+    # ASAP (spec §6 PT-1: 13 methods x 4 datasets x 4 folds = 208; Tables 2-3 are Table 1's runs)
+    "asap_table1": (208, 208),
+    "asap_table2": (104, 0),
+    "asap_table3": (104, 0),
 }
-TOTAL = 400
+PFML_TOTAL, RSW_TOTAL, ASAP_TOTAL = 400, 139, 208
+TOTAL = PFML_TOTAL + RSW_TOTAL + ASAP_TOTAL
 TABLE1 = [name for name in COUNTS if name.startswith("pfml_table1")]
+TOY = "rsw_fig10_toy"          # digits stand in for FashionMNIST (no printed dataset to map)
+LARGE_CROP = "rsw_large"       # RSW Table I's † row: RandomResizedCrop 256 / Resize 288
+
+# RSW spec §3.4, the official code's Image-Retrieval/config.json, per dataset:
+# batch, samples per class, epochs E, followup epochs E_f, (lr, proxy lr, s, α, k1, k2) of phase 1 and
+# of phase 2, the Δ multiplier ("margin")
+RSW_CONFIG_JSON = {
+    "cub200": dict(batch=64, per_class=8, epochs=50, followup=30, delta=1.30,
+                   phase1=(0.01, 1.0, 4.525, 28.40, 0.93, 1.15), phase2=(0.001, 0.0005, 1.0, 24.68, 0.95, 1.20)),
+    "cars196": dict(batch=64, per_class=16, epochs=100, followup=50, delta=1.50,
+                    phase1=(0.01, 1.0, 5.0, 30.15, 0.80, 1.15), phase2=(0.001, 0.0005, 1.0, 23.25, 0.50, 1.55)),
+    "sop": dict(batch=192, per_class=3, epochs=80, followup=20, delta=1.348,
+                phase1=(0.024, 225.0, 3.7442, 13.024979, 0.8563, 1.1181),
+                phase2=(0.0075, 0.001, 1.0, 5.841837525406713, 0.8024, 1.6175)),
+}
 
 
 @pytest.fixture(scope="module")
@@ -80,13 +125,27 @@ def test_run_counts_per_experiment_and_after_deduplication(config, runs):
         seen.update(ids)
     assert found == COUNTS
     assert len(runs) == TOTAL
+    assert sum(1 for run in runs.values() if run.method.startswith("rsw")) == RSW_TOTAL
+    assert sum(1 for run in runs.values() if _is_asap(run)) == ASAP_TOTAL
+
+
+def _is_asap(run):
+    return any(name.startswith("asap_") for name in run.experiments)
 
 
 def test_only_the_real_benchmarks_at_224_px(runs):
+    """At 224 px (RSW's large crop 256/288); ASAP's 227/256 (spec §2.2) in test_asap_engine_settings."""
     for run in runs.values():
+        if _is_asap(run):
+            assert run.dataset in REAL and run.config["dataset"]["name"] == run.dataset, run.run_id
+            continue
         dataset = run.config["dataset"]
+        if set(run.experiments) == {TOY}:
+            assert run.dataset == "digits" and run.config["model"]["embedding_size"] == 2, run.run_id
+            continue
         assert run.dataset in REAL and dataset["name"] == run.dataset, run.run_id
-        assert dataset["image_size"] == 224 and dataset["resize"] == 256, run.run_id
+        size = (256, 288) if run.method == LARGE_CROP else (224, 256)
+        assert (dataset["image_size"], dataset["resize"]) == size, run.run_id
         assert run.config["model"]["pretrained"], run.run_id
 
 
@@ -95,6 +154,9 @@ def test_report_blocks_name_the_printed_datasets(config):
     for name, experiment in config["experiments"].items():
         mapping = (experiment.get("report") or {}).get("datasets") or {}
         for dataset in experiment["datasets"]:
+            if name == TOY:
+                assert dataset == "digits" and dataset not in mapping  # a stand-in: no Δ against the paper
+                continue
             assert mapping.get(dataset) == PRINTED[dataset], (name, dataset)
 
 
@@ -111,6 +173,8 @@ def test_table1_runs_200_epochs_5_seeds_with_the_papers_m_and_width(runs):
 
 def test_epochs_everywhere_but_the_timing_runs(runs):
     for run in runs.values():
+        if run.method.startswith("rsw") or _is_asap(run):
+            continue  # test_rsw_per_dataset_values_of_the_released_config, test_asap_engine_settings
         timing = set(run.experiments) == {"pfml_supp_table6_timing"}
         assert run.config["epochs"] == (20 if timing else 200), run.run_id
 
@@ -165,3 +229,237 @@ def test_resources_name_configured_datasets(config):
     train = (config.get("resources") or {}).get("train") or {}
     assert set(train) - {"default"} <= set(config["datasets"])
     assert train["default"]["gpu"] == 1
+
+
+# ---- RSW ---------------------------------------------------------------------------------------------
+
+RSW_TRAINED = [name for name in COUNTS if name.startswith("rsw_") and COUNTS[name][0]]
+RSW_TABLE1 = ["rsw_table1", *(f"rsw_table1_{suffix}" for suffix in ("cars", "sop", "noval_cub", "noval_cars", "noval_sop"))]
+
+
+def test_rsw_engine_settings(runs):
+    """The RSW code's model and optimiser (spec §3.1, §3.3) on every trained RSW run."""
+    for name in RSW_TRAINED:
+        for run in experiment_runs(runs, name):
+            cfg = run.config
+            assert cfg["loss"]["name"] == "rsw", run.run_id
+            assert cfg["model"]["preset"] == "rsw" and cfg["model"]["l2_normalize"] is False, run.run_id
+            assert cfg["optimizer"]["name"] == "adam" and cfg["optimizer"]["eps"] == 1.0, run.run_id
+            assert cfg["optimizer"]["weight_decay"] == pytest.approx(1e-7), run.run_id
+            assert cfg["grad_clip"] == {"value": 10.0, "groups": ["backbone", "head"]}, run.run_id
+            assert cfg["eval"]["distance"] == "euclidean", run.run_id
+            assert cfg["warmup_epochs"] == 0 and not cfg["bn_freeze"]["running_stats"], run.run_id
+            assert cfg["schedule"]["name"] == "none", run.run_id
+            if name == TOY:
+                continue
+            assert cfg["model"]["backbone"] == "resnet50" and cfg["model"]["pretrained"] == "resnet50.tv_in1k"
+            assert cfg["model"]["embedding_size"] == 512, run.run_id
+            assert cfg["model"]["head_init"] == ("default" if run.dataset == "sop" else None), run.run_id
+            assert cfg["dataset"]["sampler"] == "m_per_class", run.run_id
+
+
+def test_rsw_per_dataset_values_of_the_released_config(runs):
+    """Table I/II, Table IV, Figs. 6-8: spec §3.4 (config.json) per dataset, two phases."""
+    checked = 0
+    for name in [*RSW_TABLE1, "rsw_table4_corruptions", "rsw_fig6_alpha", "rsw_fig7_k1_k2", "rsw_fig8_delta"]:
+        for run in experiment_runs(runs, name):
+            cfg, want = run.config, RSW_CONFIG_JSON[run.dataset]
+            point = run.experiments[name]
+            hp, follow = cfg["loss"]["hparams"], cfg["followup"]
+            assert cfg["dataset"]["batch_size"] == want["batch"], run.run_id
+            assert cfg["dataset"]["m"] == want["per_class"], run.run_id
+            assert (cfg["epochs"], follow["epochs"]) == (want["epochs"], want["followup"]), run.run_id
+            lr, proxy_lr, scale, alpha, k1, k2 = want["phase1"]
+            assert cfg["optimizer"]["lr"] == pytest.approx(lr), run.run_id
+            assert cfg["optimizer"]["lr"] * cfg["optimizer"]["lr_mult"]["loss"] == pytest.approx(proxy_lr), run.run_id
+            expected = {"scale": scale, "alpha": alpha, "k1": k1, "k2": k2, "delta_scale": want["delta"]}
+            expected.update({key.rsplit(".", 1)[1]: value for key, value in point.items()})  # the swept value
+            assert {key: hp[key] for key in expected} == pytest.approx(expected), run.run_id
+            assert hp.get("warp", True) is (run.method not in ("rsw_eq4", "rsw_eq4_noval")), run.run_id
+            lr, proxy_lr, scale, alpha, k1, k2 = want["phase2"]
+            assert follow["lr"] == pytest.approx(lr), run.run_id
+            assert follow["lr"] * follow["lr_mult"]["loss"] == pytest.approx(proxy_lr), run.run_id
+            assert follow["loss"] == pytest.approx({"scale": scale, "alpha": alpha, "k1": k1, "k2": k2}), run.run_id
+            assert cfg["eval"]["nmi"] is (run.dataset != "sop"), run.run_id
+            checked += 1
+    assert checked == 15 + 45 + 2 + 20 + 36 + 10
+
+
+def test_rsw_table1_protocols(runs):
+    """T1a final epoch, 5 seeds; T1b-T1d best test epoch; T1d large crop (spec §3.2, §3.5)."""
+    for name in RSW_TABLE1:
+        table = experiment_runs(runs, name)
+        assert sorted({run.seed for run in table}) == [0, 1, 2, 3, 4], name
+        for run in table:
+            noval = "noval" in name
+            assert run.config["eval"]["select"] == ("best_test" if noval else "last"), run.run_id
+            assert run.config["eval"]["every"] == (5 if noval else 0), run.run_id
+    noval = experiment_runs(runs, "rsw_table1_noval_cub")
+    assert {run.method for run in noval} == {"rsw_eq4_noval", "rsw_noval", LARGE_CROP}
+
+
+def test_rsw_runs_shared_between_targets(runs):
+    """Table II is Table I's with-val runs; Table IV's Warped-Softmax is the CUB seed-0 one (evaluated under
+    the corruptions); Fig. 8's k = 1.5 point is the Cars seed-0 one."""
+    for table1, table2 in (("rsw_table1", "rsw_table2"), ("rsw_table1_cars", "rsw_table2_cars"),
+                           ("rsw_table1_sop", "rsw_table2_sop")):
+        ids = {run.run_id for run in experiment_runs(runs, table1)}
+        assert {run.run_id for run in experiment_runs(runs, table2)} == ids
+    cub0 = next(run for run in experiment_runs(runs, "rsw_table1") if run.seed == 0)
+    table4 = {run.method: run for run in experiment_runs(runs, "rsw_table4_corruptions")}
+    assert table4["rsw"].run_id == cub0.run_id
+    assert len(cub0.config["eval"]["corruptions"]) == 9
+    assert table4["rsw_eq4"].config["eval"]["corruptions"] == cub0.config["eval"]["corruptions"]
+    cars0 = next(run for run in experiment_runs(runs, "rsw_table1_cars") if run.seed == 0)
+    shared = [run for run in experiment_runs(runs, "rsw_fig8_delta") if run.run_id == cars0.run_id]
+    assert [run.experiments["rsw_fig8_delta"] for run in shared] == [{"loss.hparams.delta_scale": 1.5}]
+
+
+def test_rsw_sweep_grids(runs):
+    """Spec §6 T6, T7, T8: α in {0, 5, ..., 95}; k1 x k2 6 x 6 with 1.0 in both; k in {1.0, 1.5, ..., 5.5}."""
+    def values(name, key):
+        return [run.experiments[name][key] for run in experiment_runs(runs, name)]
+    assert values("rsw_fig6_alpha", "loss.hparams.alpha") == [5.0 * i for i in range(20)]
+    assert values("rsw_fig8_delta", "loss.hparams.delta_scale") == [1.0 + 0.5 * i for i in range(10)]
+    grid = {(point["loss.hparams.k1"], point["loss.hparams.k2"])
+            for point in (run.experiments["rsw_fig7_k1_k2"] for run in experiment_runs(runs, "rsw_fig7_k1_k2"))}
+    assert grid == {(k1, k2) for k1 in (0.25, 0.5, 0.75, 0.9, 0.95, 1.0) for k2 in (1.0, 1.05, 1.1, 1.25, 1.5, 2.0)}
+    for name in ("rsw_fig6_alpha", "rsw_fig7_k1_k2", "rsw_fig8_delta", "rsw_table3", "rsw_table4_corruptions", TOY):
+        assert {run.seed for run in experiment_runs(runs, name)} == {0}, name
+
+
+def test_rsw_table3_single_phase_without_augmentation(runs):
+    table = experiment_runs(runs, "rsw_table3")
+    assert [run.method for run in table] == [f"rsw_v{i}" for i in range(1, 9)] + ["rsw_w1", "rsw_w2", "rsw_w3"]
+    for run in table:
+        cfg = run.config
+        assert cfg["epochs"] == 50 and cfg["followup"]["epochs"] == 0, run.run_id
+        assert cfg["loss"]["hparams"]["scale"] == 4.525 and cfg["optimizer"]["lr"] == pytest.approx(0.01), run.run_id
+        assert cfg["dataset"]["hflip"] == 0.0 and cfg["dataset"]["scale"] == [1.0, 1.0], run.run_id
+        assert cfg["dataset"]["ratio"] == [1.0, 1.0], run.run_id
+        assert cfg["eval"]["proxy_metrics"] == ["avg_dtp"] and cfg["eval"]["proxy_metrics_per_epoch"], run.run_id
+        assert cfg["eval"]["every"] == 1 and cfg["eval"]["before_training"], run.run_id
+
+
+def test_snakemake_configfile_stands_alone(runs):
+    """`snakemake --configfile config/paper.yaml` plans exactly this file's runs: the Snakefile loads the
+    embedded default (config/config.yaml) only when no --configfile is given, so none of its experiments
+    or keys are merged in (Snakemake's own behaviour would deep-merge the two)."""
+    import re
+    import subprocess
+    import sys
+
+    snakemake = Path(sys.executable).parent / "snakemake"
+    out = subprocess.run([str(snakemake), "-s", str(ROOT / "Snakefile"), "-d", str(ROOT), "-n", "--configfile",
+                          str(ROOT / "config" / "paper.yaml")], capture_output=True, text=True, check=True).stdout
+    assert int(re.search(r"^train\s+(\d+)$", out, re.M).group(1)) == len(runs)
+
+
+# ---- ASAP --------------------------------------------------------------------------------------------
+
+ASAP_SETTINGS_NAME = {"cub200": "cub", "cars196": "cars", "inshop": "inshop", "sop": "sop"}
+# method -> (base loss in dmlrepro.asap.settings, variant) for the pair / ASAP methods
+ASAP_PAIR = {"c1": ("c1", "plain"), "c1_asap": ("c1", "L"), "c2": ("c2", "plain"), "c2_asap": ("c2", "L"),
+             "ms": ("ms", "plain"), "ms_asap": ("ms", "L"), "triplet_mlrc": ("triplet", "plain"),
+             "triplet_asap": ("triplet", "L")}
+ASAP_XBM = {"c1_xbm": "c1", "c2_xbm": "c2"}
+XBM_L_BATCHES = {"cub200": 25, "cars196": 25, "inshop": 400, "sop": 1400}   # spec §2.6 (S, L): L
+SOFT_TRIPLE = {"cub200": (10, 20.0, 0.1, 0.01), "cars196": (10, 17.69, 19.18, 0.3588),   # K, λ, γ, δ (§2.6)
+               "inshop": (1, 20.0, 0.1, 0.01), "sop": (1, 100.0, 47.9, 0.3145)}
+PROXY_BASELINES = {"proxy_anchor_mlrc", "proxy_nca_pp", "soft_triple_mlrc"}
+
+
+def test_asap_table1_is_13_methods_x_4_datasets_x_4_folds(runs):
+    table = experiment_runs(runs, "asap_table1")
+    assert len({run.method for run in table}) == 13
+    assert {run.dataset for run in table} == {"cub200", "cars196", "inshop", "sop"}
+    cells = {(run.method, run.dataset, run.experiments["asap_table1"]["validation.fold"]) for run in table}
+    assert len(cells) == 208 and {cell[2] for cell in cells} == {0, 1, 2, 3}
+    assert {run.seed for run in table} == {0}
+    one = {run.run_id for run in table}
+    assert {run.run_id for run in experiment_runs(runs, "asap_table2")} == \
+        {run.run_id for run in table if run.dataset in ("inshop", "sop")}
+    assert {run.run_id for run in experiment_runs(runs, "asap_table3")} == \
+        {run.run_id for run in table if run.dataset in ("cub200", "cars196")}
+    assert len(one) == 208
+
+
+def test_asap_engine_settings(runs):
+    """MLRC protocol and the ASAP paper's engine (spec §2.1-§2.5) on every ASAP run."""
+    for run in experiment_runs(runs, "asap_table1"):
+        cfg, fold = run.config, run.experiments["asap_table1"]["validation.fold"]
+        assert cfg["validation"]["split"] == "fold" and cfg["validation"]["fold"] == fold, run.run_id
+        assert (cfg["validation"]["n_folds"], cfg["validation"]["patience"]) == (4, 60), run.run_id
+        assert cfg["validation"]["metric"] == "map@r", run.run_id
+        assert cfg["eval"]["select"] == "best_val", run.run_id
+        model = cfg["model"]
+        assert (model["backbone"], model["pretrained"], model["preset"]) == ("bn_inception", "bn_inception.imagenet", "asap")
+        assert model["embedding_size"] == 128 and model["l2_normalize"] is False, run.run_id
+        data = cfg["dataset"]
+        assert (data["image_size"], data["resize"], data["train_crop"], data["scale"]) == (227, 256, "rrc", [0.16, 1.0])
+        assert data["batch_size"] == 32, run.run_id
+        assert data["sampler"] == "m_per_class" and data["m"] == (1 if run.method in PROXY_BASELINES else 4), run.run_id
+        opt = cfg["optimizer"]
+        assert (opt["name"], opt["lr"], opt["weight_decay"], opt["betas"]) == ("adam", 1e-5, 1e-4, [0.9, 0.999])
+        proxy = run.method in PROXY_BASELINES
+        assert opt["lr_mult"]["loss"] == (100.0 if proxy else 1.0), run.run_id
+        assert cfg["warmup_epochs"] == (1 if proxy else 0), run.run_id
+        assert cfg["bn_freeze"]["running_stats"] and cfg["bn_freeze"]["affine"], run.run_id
+        assert cfg["steps_per_epoch"] == (25 if run.dataset in ("cub200", "cars196") else 250), run.run_id
+        assert cfg["epochs"] == 400, run.run_id
+        if run.dataset == "inshop":
+            assert (data["test_split"], data["gallery_split"]) == ("query", "gallery"), run.run_id
+
+
+def test_asap_per_dataset_values_match_dmlrepro_asap_settings(runs):
+    from dmlrepro.asap.settings import SETTINGS, asap_settings
+
+    checked = 0
+    for run in experiment_runs(runs, "asap_table1"):
+        cfg, name = run.config, ASAP_SETTINGS_NAME[run.dataset]
+        assert cfg["steps_per_epoch"] == SETTINGS[name]["eval_every"], run.run_id
+        if run.method in ASAP_PAIR:
+            want = asap_settings(name, *ASAP_PAIR[run.method])
+            assert cfg["loss"]["name"] == want["loss_name"], run.run_id
+            assert cfg["loss"]["hparams"] == pytest.approx(want["loss_hparams"]), run.run_id
+            if run.method.endswith("_asap"):
+                asap = cfg["asap"]
+                assert asap["enabled"] and asap["alternate"], run.run_id
+                assert (asap["b"], asap["lam"], asap["projection_patience"]) == \
+                    (want["b"], pytest.approx(want["lam"]), want["projection_patience"]), run.run_id
+            else:
+                assert not (cfg.get("asap") or {}).get("enabled"), run.run_id
+            checked += 1
+        elif run.method in ASAP_XBM:
+            base = ASAP_XBM[run.method]
+            hp = dict(cfg["loss"]["hparams"])
+            assert cfg["loss"]["name"] == f"xbm_{base}", run.run_id
+            assert (hp.pop("memory_size"), hp.pop("start_step")) == (XBM_L_BATCHES[run.dataset] * 32, 1000), run.run_id
+            assert hp == pytest.approx(SETTINGS[name][base]), run.run_id
+            checked += 1
+        elif run.method == "soft_triple_mlrc":
+            k, la, gamma, margin = SOFT_TRIPLE[run.dataset]
+            assert cfg["loss"]["hparams"] == pytest.approx(dict(centers_per_class=k, la=la, gamma=gamma, margin=margin))
+            checked += 1
+        elif run.method == "proxy_nca_pp":
+            assert cfg["loss"] == {"name": "proxy_nca", "hparams": {"softmax_scale": pytest.approx(1 / 0.1)}}
+            checked += 1
+        elif run.method == "proxy_anchor_mlrc":
+            assert cfg["loss"]["hparams"] == pytest.approx({"margin": 0.1, "alpha": 32.0}), run.run_id
+            checked += 1
+    assert checked == 208
+
+
+def test_asap_report_names_the_printed_rows(config):
+    """Every method maps to a row of the reported CSV; SoftTriple's row name per table (reported/README.md)."""
+    soft = {"asap_table1": "SoftTriple-S/L", "asap_table2": "SoftTriple-S", "asap_table3": "SoftTriple-L"}
+    for name, row in soft.items():
+        report = config["experiments"][name]["report"]
+        assert report["mlrc"] is True and report["reported"] == name
+        with open(ROOT / "config" / "reported" / f"{name}.csv", newline="", encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+        printed = {r["method"] for r in rows}
+        assert set(report["methods"].values()) == printed, name
+        assert report["methods"]["soft_triple_mlrc"] == row
+        assert set(report["block_metrics"].values()) == {r["block"] for r in rows}, name
+        assert set(report["block_metrics"]) == set(config["experiments"][name]["metrics"]), name

@@ -94,3 +94,17 @@ def test_experiment_order_in_the_file_does_not_reorder_an_experiments_runs():
     for name in BASE["experiments"]:
         assert [r.run_id for r in experiment_runs(resolve_runs(BASE), name)] == \
                [r.run_id for r in experiment_runs(resolve_runs(flipped), name)]
+
+
+def test_per_dataset_method_values_apply_on_their_dataset_only_and_before_overrides():
+    config = copy.deepcopy(BASE)
+    config["methods"]["pfml"]["per_dataset"] = {"digits": {"loss": {"hparams": {"alpha": 2.0}}}}
+    runs = resolve_runs(config)
+    alphas = {(r.dataset, r.seed): r.config["loss"]["hparams"]["alpha"]
+              for r in experiment_runs(runs, "table") if r.method == "pfml"}
+    assert alphas == {("synthetic", 0): 4.0, ("synthetic", 1): 4.0, ("digits", 0): 2.0, ("digits", 1): 2.0}
+    unchanged = {r.run_id for r in resolve_runs(BASE).values() if r.dataset == "synthetic"}
+    assert unchanged <= set(runs)  # the synthetic runs keep their ids
+    config["experiments"]["table"]["overrides"] = {"loss": {"hparams": {"alpha": 6.0}}}
+    overridden = experiment_runs(resolve_runs(config), "table")
+    assert {r.config["loss"]["hparams"]["alpha"] for r in overridden if r.method == "pfml"} == {6.0}

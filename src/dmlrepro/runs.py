@@ -3,7 +3,8 @@
 An experiment names methods × datasets × seeds × a sweep grid; each combination is a partial
 run config built by deep-merging, in order,
 
-    defaults  ←  datasets[dataset]  ←  methods[method]  ←  experiment.overrides  ←  sweep point  ←  {seed}
+    defaults  ←  datasets[dataset]  ←  methods[method]  ←  methods[method].per_dataset[dataset]
+              ←  experiment.overrides  ←  sweep point  ←  {seed}
 
 and then resolved (every default filled, every value checked) by
 `dmlrepro.train.config.resolve_run_config`. A run's identity is that resolved config without
@@ -131,7 +132,10 @@ def resolve_runs(config: Mapping[str, Any], experiments: list[str] | None = None
         for position, (method, dataset, point, seed) in enumerate(itertools.product(
                 exp["methods"], exp["datasets"], _sweep_points(exp.get("sweep") or {}), exp.get("seeds", [0]))):
             partial = deep_merge(config.get("defaults") or {}, _section(config, "datasets", dataset, where))
-            partial = deep_merge(partial, _section(config, "methods", method, where))
+            method_config = dict(_section(config, "methods", method, where))
+            per_dataset = method_config.pop("per_dataset", None) or {}  # the method's values on one dataset
+            partial = deep_merge(partial, method_config)
+            partial = deep_merge(partial, per_dataset.get(dataset) or {})
             partial = deep_merge(partial, exp.get("overrides") or {})
             for path, value in point.items():
                 partial = deep_merge(partial, dotted(path, value))

@@ -10,13 +10,7 @@ from dmlrepro.asap.losses import BASES
 
 
 
-@pytest.fixture(autouse=True)
-def float64_default():
-    """float64 tensors in this module only (a module-level default would leak into other tests)."""
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(before)
+pytestmark = pytest.mark.usefixtures("float64_default")  # tests/conftest.py
 
 C, P, D = 3, 2, 4
 

@@ -36,6 +36,11 @@ def tiny_config(root: Path, **overrides) -> dict:
         "seed": 3,
         "threads": 1,
     }
+    return with_overrides(cfg, overrides)
+
+
+def with_overrides(cfg: dict, overrides: dict) -> dict:
+    """`cfg` with each `section__key=value` of `overrides` set (nested keys joined by `__`)."""
     for key, value in overrides.items():
         node = cfg
         parts = key.split("__")

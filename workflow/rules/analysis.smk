@@ -12,6 +12,7 @@ rule aggregate:
         records=experiment_records,
         metrics=lambda wildcards: config["experiments"][wildcards.experiment]["metrics"],
         last_finite=experiment_last_finite,
+        mlrc=experiment_mlrc,
     message:
         "Aggregating experiment {wildcards.experiment}"
     script:

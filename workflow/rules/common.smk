@@ -90,9 +90,21 @@ def section_runs(wildcards):
     ]
 
 
+def experiment_mlrc(wildcards):
+    """Whether the experiment's runs are MLRC fold runs (report.mlrc: swept over validation.fold)."""
+    spec = config["experiments"][wildcards.experiment].get("report") or {}
+    return bool(spec.get("mlrc", False))
+
+
 def experiment_records(wildcards):
+    # MLRC experiments also need each run's folder: the fold embeddings are concatenated
+    folder = experiment_mlrc(wildcards)
     return [
-        run_record(run, sweep=run.experiments[wildcards.experiment])
+        run_record(
+            run,
+            sweep=run.experiments[wildcards.experiment],
+            **({"dir": f"{RESULTS}/runs/{run.run_id}"} if folder else {}),
+        )
         for run in experiment_runs(RUNS, wildcards.experiment)
     ]
 

@@ -3,6 +3,7 @@
 import json
 
 from dmlrepro.report import aggregate_runs, timing_metrics, write_table
+from dmlrepro.report.aggregate import mlrc_records
 from dmlrepro.steplog import log_to
 
 with log_to(snakemake.log[0]):
@@ -10,5 +11,7 @@ with log_to(snakemake.log[0]):
     for record, path, log in zip(snakemake.params.records, snakemake.input.metrics, snakemake.input.train_logs):
         with open(path) as handle:
             records.append({**record, "result": json.load(handle), "timing": timing_metrics(log)})
+    if snakemake.params.mlrc:  # fold runs -> separated / concatenated records
+        records = mlrc_records(records)
     write_table(aggregate_runs(records, snakemake.params.metrics, last_finite=snakemake.params.last_finite),
                 snakemake.output.table)

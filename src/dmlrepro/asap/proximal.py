@@ -73,10 +73,13 @@ class ProximalRegularizer:
 
     @torch.no_grad()
     def add_to_grad(self) -> None:
-        """p.grad += λ(θ − θ*) for every regularised parameter (creates .grad where missing)."""
+        """p.grad += λ(θ − θ*) for every regularised parameter that is trainable now (creates .grad
+        where missing; a parameter frozen after construction, e.g. BN affine in a warm-up, is skipped)."""
         if self.lam == 0:
             return
         for p, a in zip(self.params, self.anchor):
+            if not p.requires_grad:
+                continue
             step = self.lam * (p - a)
             if p.grad is None:
                 p.grad = step

@@ -32,3 +32,29 @@ def concatenate_fold_embeddings(fold_embeddings: Sequence[Any]) -> np.ndarray:
                 f"fold {i} has {p.shape[0]} rows but fold 0 has {n}: folds must embed the same items"
             )
     return l2_normalize(np.concatenate([l2_normalize(p) for p in parts], axis=1))
+
+
+def fold_ensemble_metrics(run_dirs: Sequence[Any], ks: Sequence[int] = (1,)) -> dict[str, float]:
+    """MLRC "Concatenated (512-dim)" metrics of the fold models in `run_dirs` (fold order): their
+    test embeddings (``embeddings_test.npz``, and ``embeddings_gallery.npz`` for query→gallery
+    datasets such as In-Shop) concatenated by :func:`concatenate_fold_embeddings`, then the
+    retrieval metrics of :func:`retrieval_metrics` on the result (Euclidean on unit vectors)."""
+    from pathlib import Path
+
+    from .embeddings_io import load_embeddings
+    from .retrieval import retrieval_metrics, retrieval_metrics_query_gallery
+
+    def stacked(name: str):
+        sets = [load_embeddings(Path(d) / name) for d in run_dirs]
+        for d, s in zip(run_dirs, sets):
+            if not (np.array_equal(s.indices, sets[0].indices) and np.array_equal(s.labels, sets[0].labels)):
+                raise ValueError(f"{d}/{name} embeds other items than {run_dirs[0]}/{name}: folds must share the test split")
+        return concatenate_fold_embeddings([s.embeddings for s in sets]), sets[0].labels
+
+    if not run_dirs:
+        raise ValueError("fold_ensemble_metrics: no fold runs")
+    query, labels = stacked("embeddings_test.npz")
+    if (Path(run_dirs[0]) / "embeddings_gallery.npz").is_file():
+        gallery, gallery_labels = stacked("embeddings_gallery.npz")
+        return retrieval_metrics_query_gallery(query, labels, gallery, gallery_labels, ks=tuple(ks), distance="euclidean")
+    return retrieval_metrics(query, labels, ks=tuple(ks), distance="euclidean")

@@ -10,8 +10,9 @@ from .cpml import CPMLLoss
 from .pfml import PFMLLoss
 from .proxies import proxy_points
 from .rsw import RSW_FUNCTIONS, RSWLoss
+from .xbm import XBM_LOSSES, XBMLoss
 
-PAPER_LOSSES = {"pfml": PFMLLoss, "cpml": CPMLLoss, "rsw": RSWLoss, **ASAP_LOSSES}
+PAPER_LOSSES = {"pfml": PFMLLoss, "cpml": CPMLLoss, "rsw": RSWLoss, **ASAP_LOSSES, **XBM_LOSSES}
 LOSS_NAMES = tuple(sorted([*PAPER_LOSSES, *BASELINES, "proxy_nca_paper"]))
 
 
@@ -32,4 +33,4 @@ def build_loss(name: str, num_classes: int, embedding_size: int, **hparams) -> n
 
 
 __all__ = ["BASELINES", "CPMLLoss", "LOSS_NAMES", "MinedLoss", "PFMLLoss", "ProxyNCAPaperLoss", "RSWLoss",
-           "RSW_FUNCTIONS", "build_loss", "proxy_points"]
+           "RSW_FUNCTIONS", "XBMLoss", "XBM_LOSSES", "build_loss", "proxy_points"]

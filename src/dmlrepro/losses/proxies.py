@@ -1,7 +1,8 @@
 """Where a proxy loss keeps its proxies, as points of the space its distances live in.
 
 Used by the proxy–data measures of PFML Table 3 (W₂) and RSW Table III (AvgDTP): PFML/CPML use
-their proxies raw (normalised with `normalize_proxies`), RSW raw; the cosine losses of PML
+their proxies raw (normalised with `normalize_proxies`), RSW raw, ASAP after its normalisation
+(v / max(1, ‖v‖), asap.md §1.9); the cosine losses of PML
 (Proxy-Anchor, ProxyNCA, SoftTriple, normalised softmax, ArcFace, CosFace) on the unit sphere
 (specs/pfml.md §4.4, "Which space").
 """
@@ -12,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from pytorch_metric_learning import losses as pml
 
+from ..asap.losses import ASAPLoss
+from ..asap.normalisation import normalize
 from .potential_field import PotentialFieldLoss
 from .rsw import RSWLoss
 
@@ -22,6 +25,8 @@ def proxy_points(loss: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
         if isinstance(loss, PotentialFieldLoss):
             points = F.normalize(loss.proxies, dim=-1) if loss.normalize_proxies else loss.proxies
             return points.detach().clone(), loss.proxy_labels.clone()
+        if isinstance(loss, ASAPLoss):  # in the space its pairs live in: 𝒩(ρ) (v / max(1, ‖v‖) by default)
+            return normalize(loss.proxies, loss.normalize).detach().clone(), loss.proxy_labels.clone()
         if isinstance(loss, RSWLoss):
             return loss.proxies.detach().clone(), torch.arange(loss.num_classes, device=loss.proxies.device)
         if isinstance(loss, (pml.ProxyAnchorLoss, pml.ProxyNCALoss)):

@@ -76,5 +76,52 @@ def aggregate_runs(records: Iterable[Mapping[str, Any]], metrics: list[str], *,
     return table.reset_index()
 
 
+#: the sweep key that numbers an MLRC experiment's fold runs (run config validation.fold)
+MLRC_FOLD_KEY = "validation.fold"
+MLRC_BLOCKS = ("concatenated", "separated")
+
+
+def mlrc_records(records: Iterable[Mapping[str, Any]], fold_key: str = MLRC_FOLD_KEY) -> list[dict[str, Any]]:
+    """Fold runs → one record per (method, dataset, other sweep keys, seed), MLRC protocol
+    (Musgrave et al. 2020; asap.md §3.2; pfml.md §4.5): `<metric>@separated` is the mean of the
+    fold models' own test metrics (the "128-dim" block), `<metric>@concatenated` the metrics of
+    their concatenated test embeddings (the "512-dim" block, evaluation.mlrc). A group with a
+    diverged or unfinished fold is a diverged record. Each record needs `dir` (the run folder)."""
+    from dmlrepro.evaluation.mlrc import fold_ensemble_metrics
+
+    groups: dict[tuple, dict[str, Any]] = {}
+    for record in records:
+        sweep = dict(record["sweep"])
+        if fold_key not in sweep:
+            raise ValueError(f"MLRC experiment: run {record.get('run_id')} has no sweep key {fold_key!r} "
+                             f"(sweep {sweep}); sweep {fold_key}: [0, 1, 2, 3]")
+        fold = sweep.pop(fold_key)
+        key = (record["method"], record["dataset"], sweep_label(sweep), record["seed"])
+        group = groups.setdefault(key, {"sweep": sweep, "folds": {}})
+        group["folds"][fold] = record
+    out = []
+    for (method, dataset, _, seed), group in groups.items():
+        folds = [group["folds"][k] for k in sorted(group["folds"])]
+        results = [f["result"] for f in folds]
+        diverged = any(r.get("status") != "completed" for r in results)
+        metrics: dict[str, float] = {}
+        if not diverged:
+            for name in results[0].get("metrics") or {}:
+                values = [r["metrics"].get(name) for r in results]
+                if all(v is not None for v in values):
+                    metrics[f"{name}@separated"] = sum(values) / len(values)
+            ensemble = fold_ensemble_metrics([f["dir"] for f in folds], ks=results[0].get("ks") or (1,))
+            metrics.update({f"{name}@concatenated": value for name, value in ensemble.items()})
+        timings = [f.get("timing") or {} for f in folds]
+        timing = {}
+        if all("train_hours" in t for t in timings):  # the cost of the whole ensemble
+            timing = {"train_hours": sum(t["train_hours"] for t in timings),
+                      "seconds_per_epoch": sum(t["seconds_per_epoch"] for t in timings) / len(timings)}
+        out.append({"method": method, "dataset": dataset, "sweep": group["sweep"], "seed": seed, "folds": len(folds),
+                    "result": {"status": "diverged" if diverged else "completed", "metrics": metrics},
+                    "timing": timing})
+    return out
+
+
 def write_table(table: pd.DataFrame, path: str | os.PathLike) -> None:
     atomic_write_text(path, table.to_csv(index=False, float_format="%.6g"))

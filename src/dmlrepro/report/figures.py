@@ -292,3 +292,40 @@ def embedding_2d_figure(panels: Sequence[dict], path: str | os.PathLike) -> None
         ax.set_aspect("equal", adjustable="datalim")
         ax.grid(alpha=0.3)
     _save(fig, path)
+
+
+def histogram_figure(values: Sequence[float], path: str | os.PathLike, *, x_label: str, title: str = "",
+                     unit: float | None = None) -> None:
+    """A histogram of `values` (ASAP Fig. 4b: steps per projection); bins of width `unit` when given."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    values = np.asarray(values, dtype=float)
+    if unit:
+        bins = np.arange(values.min() - unit / 2, values.max() + unit, unit) if len(values) else 10
+    else:
+        bins = "auto"
+    ax.hist(values, bins=bins, color="tab:blue", edgecolor="black")
+    ax.set_xlabel(x_label)
+    ax.set_ylabel("count")
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    _save(fig, path)
+
+
+def projection_geometry_figure(panels: Sequence[dict], path: str | os.PathLike, *, seed: int = 0) -> None:
+    """ASAP Fig. 7: per panel (`title`, `embeddings`, `labels`, `annotation`) a 2-D t-SNE of the
+    validation embeddings, coloured by class, annotated with its numbers."""
+    from sklearn.manifold import TSNE
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.4), squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        emb = np.asarray(panel["embeddings"], dtype=np.float32)
+        xy = TSNE(n_components=2, perplexity=min(30.0, max(2.0, (len(emb) - 1) / 3)), random_state=seed,
+                  init="pca").fit_transform(emb)
+        ax.scatter(xy[:, 0], xy[:, 1], c=np.asarray(panel["labels"]) % 20, cmap="tab20", s=5)
+        ax.set_title(panel["title"], fontsize=9)
+        ax.text(0.02, 0.02, panel["annotation"], transform=ax.transAxes, fontsize=8, va="bottom",
+                bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
+        ax.set_xticks([])
+        ax.set_yticks([])
+    _save(fig, path)

@@ -13,6 +13,9 @@ kinds
   heatmap    a metric over the grid of two swept keys (RSW Fig. 7), and the table
   landscape  the analytic RSW loss over the plane for each method's warping function, no runs (RSW Fig. 3/5)
   embedding_2d  a 2-d run's test embeddings and its final proxies (RSW Fig. 10)
+  projection_steps  histogram of ASAP's steps per projection from the runs' validation logs (ASAP Fig. 4b)
+  projections  validation geometry at each ASAP projection's solution: t-SNE, MAP@R, covering radius,
+             inter-class distance (ASAP Fig. 7; runs with asap.save_val_embeddings)
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from .compare import comparison_table
 from .reported import load_reported
 
 KINDS = ("table", "sweep", "timing", "hparams", "retrieval", "tsne", "toy_field", "curves", "heatmap", "landscape",
-         "embedding_2d")
+         "embedding_2d", "projection_steps", "projections")
 SECTION_FILE = "section.json"
 
 
@@ -139,8 +142,72 @@ def build_section(name: str, experiment: Mapping[str, Any], aggregated: pd.DataF
                                     outdir / file)
         section["figures"].append({"file": file, "caption": "test-split embeddings (2-d, coloured by class) and the "
                                    "final proxies (stars; grey: a class with no embedding shown)"})
+    elif kind == "projection_steps":
+        steps = projection_steps(runs)
+        file = f"{name}.png"
+        figures.histogram_figure([s["steps"] for s in steps], outdir / file, x_label="steps per projection",
+                                 unit=min((s["steps_per_evaluation"] for s in steps), default=None))
+        section["figures"].append({"file": file, "caption": f"steps per projection, {len(steps)} projections "
+                                   f"of {len(runs)} run(s) (closed by an alternation or early stopping)"})
+        section["projections"] = steps
+    elif kind == "projections":
+        for run in _first_runs_per_method(runs):
+            panels, rows = projection_panels(run)
+            file = f"{name}_{run['method']}.png"
+            figures.projection_geometry_figure(panels, outdir / file, seed=int(spec.get("seed", 0)))
+            section["figures"].append({"file": file, "caption": f"t-SNE of the validation embeddings at each "
+                                       f"projection's solution θ*, {methods.get(run['method'], run['method'])} "
+                                       f"(run {run['run_id']}); radius and distances in the embedding space"})
+            section["geometry"] = section.get("geometry", []) + rows
     write_json_atomic(outdir / SECTION_FILE, section)
     return section
+
+
+def projection_steps(runs: Sequence[Mapping]) -> list[dict]:
+    """Every closed projection of the runs' validation_log.json (ASAP Fig. 4b)."""
+    import json
+
+    out = []
+    for run in runs:
+        path = Path(run["dir"]) / "validation_log.json"
+        if not path.is_file():
+            raise ValueError(f"report kind projection_steps: run {run['run_id']} has no validation_log.json "
+                             f"(not a run with a validation split)")
+        log = json.loads(path.read_text())
+        for p in log["projections"]:
+            out.append({"run_id": run["run_id"], "projection": p["projection"], "steps": p["steps"],
+                        "end_reason": p["end_reason"], "steps_per_evaluation": log["steps_per_evaluation"]})
+    return out
+
+
+def projection_panels(run: Mapping) -> tuple[list[dict], list[dict]]:
+    """Fig. 7 panels of one run: each saved projections/projection-K_val.npz with its MAP@R (leave-one-out
+    on the validation classes), average covering radius and mean inter-class distance."""
+    from dmlrepro.evaluation import retrieval_metrics
+    from dmlrepro.evaluation.embeddings_io import load_embeddings
+    from dmlrepro.evaluation.geometry import average_covering_radius, mean_interclass_distance
+    from dmlrepro.evaluation.knn import l2_normalize
+
+    files = sorted((Path(run["dir"]) / "projections").glob("projection-*_val.npz"),
+                   key=lambda p: int(p.stem.split("-")[1].split("_")[0]))
+    if not files:
+        raise ValueError(f"report kind projections: run {run['run_id']} saved no validation embeddings "
+                         f"(set asap.save_val_embeddings: true)")
+    panels, rows = [], []
+    for path in files:
+        found = load_embeddings(path)
+        k = int(found.meta.get("projection", len(rows)))
+        unit = l2_normalize(found.embeddings)
+        row = {"run_id": run["run_id"], "projection": k,
+               "map@r": retrieval_metrics(unit, found.labels, ks=(1,), distance="euclidean")["map@r"],
+               "covering_radius": average_covering_radius(unit, found.labels),
+               "interclass_distance": mean_interclass_distance(unit, found.labels)}
+        rows.append(row)
+        title = "single proxy-DML (projection 0)" if k == 0 else f"after alternation {k}"
+        panels.append({"title": title, "embeddings": found.embeddings, "labels": found.labels,
+                       "annotation": f"MAP@R {row['map@r']:.3f}\nradius {row['covering_radius']:.3f}\n"
+                                     f"inter-class {row['interclass_distance']:.3f}"})
+    return panels, rows
 
 
 def blocks_as_metrics(reported: pd.DataFrame, block_metrics: Mapping[str, str], printed_datasets: Sequence[str]):
@@ -206,6 +273,7 @@ def embedding_panel(run: Mapping, methods: Mapping[str, str]) -> dict:
     from dmlrepro.data.manifest import read_manifest
     from dmlrepro.evaluation.embeddings_io import load_embeddings
     from dmlrepro.train.checkpoint import load_latest
+    from dmlrepro.train.data import validation_rows
 
     found = load_embeddings(Path(run["dir"]) / "embeddings_test.npz")
     latest = load_latest(Path(run["dir"]) / "checkpoints")
@@ -214,9 +282,11 @@ def embedding_panel(run: Mapping, methods: Mapping[str, str]) -> dict:
     proxies = latest[0]["loss"]["proxies"].detach().cpu().numpy()
     dataset = run["config"]["dataset"]
     manifest = read_manifest(Path(dataset["root"]) / dataset["name"])
-    classes = np.unique(manifest.classes(dataset["train_split"]))
+    split = validation_rows(run["config"].get("validation"), manifest)  # ASAP: the fold's training classes
+    classes = np.unique(manifest.classes(dataset["train_split"]) if split is None else manifest.labels[split[0]])
+    per_class = max(len(proxies) // len(classes), 1)  # rows c·P + k belong to class c (ASAP, P proxies each)
     return {"title": f"{methods.get(run['method'], run['method'])} ({run['run_id']})", "embeddings": found.embeddings,
-            "labels": found.labels, "proxies": proxies, "proxy_labels": classes[:len(proxies)]}
+            "labels": found.labels, "proxies": proxies, "proxy_labels": np.repeat(classes, per_class)[:len(proxies)]}
 
 
 def _first_runs_per_dataset(runs: Sequence[Mapping]) -> list[Mapping]:

@@ -42,7 +42,9 @@ GROUPS = ("backbone", "head", "loss")
 OPTIMIZERS = ("adam", "adamw", "rmsprop", "sgd")
 SCHEDULES = ("none", "step", "cosine")
 SAMPLERS = ("random", "m_per_class")
-SELECT = ("last", "best_test")
+SELECT = ("last", "best_test", "best_val")
+VALIDATION_SPLITS = ("fold", "holdout")
+FOLD_SCHEMES = ("linspace", "mlrc")
 DISTANCES = ("cosine", "euclidean")
 PROXY_METRICS = ("w2", "avg_dtp")
 
@@ -122,6 +124,35 @@ DEFAULTS: dict[str, Any] = {
         "proxy_metrics_per_epoch": False,  # also log eval.proxy_metrics at every evaluated epoch (RSW Fig. 9)
         "corruptions": [],  # [{name, severity}]: test metrics under each image corruption (RSW Table IV)
     },
+    # class-disjoint validation inside the training classes (MLRC / ASAP protocol, asap.md §2.5, §3.2):
+    # the model trains on the rest of the training classes and is evaluated on these every epoch
+    "validation": {
+        "split": None,  # null | fold (fold k of n_folds) | holdout (RSW's 50/50 class split)
+        "fold": 0,
+        "n_folds": 4,
+        "scheme": "linspace",  # linspace (ASAP's code) | mlrc (powerful-benchmarker's MLRCSplitManager)
+        "metric": "map@r",  # monitored validation metric
+        "patience": None,  # global early stopping: evaluations without improvement (ASAP: 60, A7); null = never
+        "min_delta": 1e-5,  # an evaluation improves iff value > best + min_delta
+    },
+    # ASAP's alternating projections (asap.md §1.6): needs an asap_* loss and a validation split;
+    # one "epoch" is one evaluation interval E (steps_per_epoch), epochs caps the evaluations
+    "asap": {
+        "enabled": False,
+        "b": 12,  # k-Center pool budget per class (pool = b if b >= P else b·P; b = 1: random)
+        "lam": 2e-4,  # λ of the proximal term λ/2 ‖θ − θ*‖²
+        "projection_patience": 3,  # evaluations without improvement inside a projection -> alternate
+        "alternate": True,  # false: Loss-Proxy (one projection, λ = 0; A16)
+        "first_init": "kcenter_from_random",  # A1: kcenter_from_random | random | kcenter_from_zero
+        "anchor": "best",  # A4: θ*, ρ* = best-in-projection (best) or values at the alternation (last)
+        "reset_optimizer": False,  # A5
+        "lambda_first_projection": False,  # A3: λ_eff = 0 in the first projection
+        "small_budget": "times_p",  # pool size rule for b < P: times_p (b·P) | clip (P)
+        "normalize": False,  # A6: k-Center on raw outputs (false) or Lipschitz-normalised ones
+        "pool_augment": True,  # A6: pool images with the train augmentation (BN always in eval mode)
+        "max_alternations": None,  # cap (null: unbounded, the paper)
+        "save_val_embeddings": False,  # validation embeddings at each alternation (ASAP Fig. 7)
+    },
     "checkpoint": {"keep": 2},
     "divergence": {"check_grads": True},
     "device": "auto",
@@ -148,9 +179,11 @@ RUNTIME_KEYS = (("dataset", "root"), ("dataset", "prepare"), ("model", "weights_
 #: Keys added after finished runs existed, with the default that means "off": at that default
 #: they are left out of a run's identity (``config_identity``, ``dmlrepro.runs.run_identity``) and
 #: of the workflow's run configs, so adding them changed no existing run id and retrained nothing.
-LATE_DEFAULTS: dict[tuple[str, str], Any] = {
+LATE_DEFAULTS: dict[tuple[str | None, str], Any] = {
     ("eval", "proxy_metrics_per_epoch"): False,
     ("eval", "corruptions"): [],
+    (None, "validation"): DEFAULTS["validation"],
+    (None, "asap"): DEFAULTS["asap"],
 }
 
 
@@ -158,7 +191,7 @@ def without_late_defaults(cfg: Mapping[str, Any]) -> dict:
     """A copy of ``cfg`` without the ``LATE_DEFAULTS`` keys that hold their default value."""
     out = copy.deepcopy(dict(cfg))
     for (section, key), default in LATE_DEFAULTS.items():
-        node = out.get(section)
+        node = out if section is None else out.get(section)
         if isinstance(node, dict) and key in node and node[key] == default:
             node.pop(key)
     return out
@@ -442,6 +475,9 @@ def resolve_run_config(partial: Mapping[str, Any] | None) -> dict:
         raise _err("eval.corruptions", e["corruptions"], "an empty list with eval.select best_test or a "
                    "dataset.gallery_split (they evaluate the final model on the test split alone)")
 
+    _check_validation(cfg)
+    _check_asap(cfg)
+
     _num(cfg, "checkpoint.keep", lo=1, integer=True)
     _bool(cfg, "divergence.check_grads")
     dev = cfg["device"]
@@ -452,6 +488,57 @@ def resolve_run_config(partial: Mapping[str, Any] | None) -> dict:
 
     _check_loss(cfg)
     return cfg
+
+
+def _check_validation(cfg: dict) -> None:
+    """validation.*: a class-disjoint split of the training classes, and what selects on it."""
+    v = cfg["validation"]
+    if v["split"] is not None:
+        _choice(cfg, "validation.split", VALIDATION_SPLITS)
+    _num(cfg, "validation.n_folds", lo=2, integer=True)
+    _num(cfg, "validation.fold", lo=0, integer=True)
+    if v["fold"] >= v["n_folds"]:
+        raise _err("validation.fold", v["fold"], f"a fold index below validation.n_folds = {v['n_folds']}")
+    _choice(cfg, "validation.scheme", FOLD_SCHEMES)
+    _choice(cfg, "validation.metric", ("map@r", "r_precision", "precision@1", "recall@1"))
+    _num(cfg, "validation.patience", lo=1, integer=True, allow_none=True)
+    _num(cfg, "validation.min_delta", lo=0)
+    if v["split"] is None:
+        if cfg["eval"]["select"] == "best_val":
+            raise _err("eval.select", "best_val", "'last' or 'best_test' without a validation.split")
+        if v["patience"] is not None:
+            raise _err("validation.patience", v["patience"], "null without a validation.split")
+        return
+    if cfg["dataset"]["train_split"] != "train":
+        raise _err("dataset.train_split", cfg["dataset"]["train_split"],
+                   "'train' with a validation.split (the validation classes are taken from it)")
+
+
+def _check_asap(cfg: dict) -> None:
+    """asap.*: the alternation schedule and k-Center selection (asap.md §1.6, §7)."""
+    from dmlrepro.asap.kcenter import FIRST_INIT, SMALL_BUDGET
+    from dmlrepro.asap.schedule import ANCHORS
+
+    a = cfg["asap"]
+    for key in ("enabled", "alternate", "reset_optimizer", "lambda_first_projection", "normalize", "pool_augment",
+                "save_val_embeddings"):
+        _bool(cfg, f"asap.{key}")
+    _num(cfg, "asap.b", lo=1, integer=True)
+    _num(cfg, "asap.lam", lo=0)
+    _num(cfg, "asap.projection_patience", lo=1, integer=True)
+    _num(cfg, "asap.max_alternations", lo=0, integer=True, allow_none=True)
+    _choice(cfg, "asap.first_init", FIRST_INIT)
+    _choice(cfg, "asap.anchor", ANCHORS)
+    _choice(cfg, "asap.small_budget", SMALL_BUDGET)
+    if not a["enabled"]:
+        return
+    if not str(cfg["loss"]["name"]).startswith("asap_"):
+        raise _err("asap.enabled", True, f"false for loss {cfg['loss']['name']!r} (ASAP needs an asap_* proxy loss)")
+    if cfg["validation"]["split"] is None:
+        raise _err("asap.enabled", True, "false without a validation.split (alternations follow validation "
+                   "MAP@R; set validation.split: fold)")
+    if cfg["eval"]["select"] == "best_test":
+        raise _err("eval.select", "best_test", "'best_val' or 'last' with asap.enabled")
 
 
 def _corruptions(value: Any) -> list[dict]:

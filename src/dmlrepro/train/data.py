@@ -109,13 +109,38 @@ def noisy_labels(dcfg: dict[str, Any], manifest) -> str | None:
     return str(path)
 
 
-def build_datasets(dcfg: dict[str, Any], manifest, model):
+def validation_rows(vcfg: dict[str, Any] | None, manifest) -> tuple[np.ndarray, np.ndarray] | None:
+    """(train rows, validation rows) of the run's class-disjoint validation split of the training
+    classes (``validation.split``: fold k of n_folds, or RSW's 50/50 holdout), or None."""
+    from dmlrepro.data.splits import split_indices
+
+    if not vcfg or vcfg["split"] is None:
+        return None
+    kw = dict(fold=vcfg["fold"], n_folds=vcfg["n_folds"], scheme=vcfg["scheme"])
+    try:
+        return tuple(split_indices(manifest, f"{vcfg['split']}_{part}", **kw) for part in ("train", "val"))
+    except ValueError as e:
+        raise ConfigError(f"run config: validation = {dict(vcfg)!r}: {e}") from None
+
+
+def build_datasets(dcfg: dict[str, Any], manifest, model, vcfg: dict[str, Any] | None = None):
+    """(train, test, label map); with a validation split the training set keeps only its
+    training classes (the validation set is :func:`build_validation`'s)."""
     from dmlrepro.data import ManifestDataset
 
     train_tf, test_tf = build_transforms(dcfg, model)
-    train = ManifestDataset(manifest, split=dcfg["train_split"], transform=train_tf, label_override=noisy_labels(dcfg, manifest))
+    rows = validation_rows(vcfg, manifest)
+    train = ManifestDataset(manifest, split=dcfg["train_split"], indices=None if rows is None else rows[0],
+                            transform=train_tf, label_override=noisy_labels(dcfg, manifest))
     test = ManifestDataset(manifest, split=dcfg["test_split"], transform=test_tf)
     return train, test, LabelMap(train.labels)
+
+
+def build_validation(dcfg: dict[str, Any], vcfg: dict[str, Any], manifest, model):
+    """The validation classes of the training split with the eval transform (true labels)."""
+    from dmlrepro.data import ManifestDataset
+
+    return ManifestDataset(manifest, indices=validation_rows(vcfg, manifest)[1], transform=build_transforms(dcfg, model)[1])
 
 
 def build_gallery(dcfg: dict[str, Any], manifest, model):
@@ -127,11 +152,11 @@ def build_gallery(dcfg: dict[str, Any], manifest, model):
     return ManifestDataset(manifest, split=dcfg["gallery_split"], transform=build_transforms(dcfg, model)[1])
 
 
-def build_train_eval(dcfg: dict[str, Any], manifest, model):
-    """The training split with the eval transform (no augmentation), for proxy–data measures."""
+def build_train_eval(dcfg: dict[str, Any], manifest, model, rows=None):
+    """The training split (or its `rows`) with the eval transform (no augmentation), for proxy–data measures."""
     from dmlrepro.data import ManifestDataset
 
-    return ManifestDataset(manifest, split=dcfg["train_split"], transform=build_transforms(dcfg, model)[1])
+    return ManifestDataset(manifest, split=dcfg["train_split"], indices=rows, transform=build_transforms(dcfg, model)[1])
 
 
 def build_test_corrupted(dcfg: dict[str, Any], manifest, model, corruption):

@@ -35,13 +35,14 @@ from dmlrepro.atomic import atomic_write_text, write_json_atomic
 from .checkpoint import load_latest, save_checkpoint, write_verified
 from .config import ConfigError, config_identity, dump_yaml, resolve_run_config
 from .data import (SeededBatchSampler, SeededDataset, build_batch_sampler, build_datasets, build_gallery, build_train_eval,
-                   loader_generator,
-                   open_manifest, worker_init)
+                   build_validation, loader_generator, open_manifest, worker_init)
 from .evaluate import BEST_MODEL_FILE, EMBEDDINGS_FILE, GALLERY_FILE, compute_embeddings, embedding_metrics, final_metrics
 from .modeling import build_run_loss, build_run_model
 from .optim import apply_trainability, build_optimizer, group_lrs, in_followup, named_groups, set_lrs
 from .preemption import RunInterrupted, StopFlag
+from .projections import Projections
 from .seeding import DeterminismGuard, loss_seed, rng_state, seed_everything, set_rng_state
+from .validation import BEST_VAL_MODEL_FILE, Validation
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +204,9 @@ class _Trainer:
         seed_everything(cfg["seed"])  # model init from the run's seed (a bad model config fails before the data)
         self.model = build_run_model(cfg)
         self.manifest = manifest = open_manifest(cfg["dataset"])  # refuses a truncated manifest (data layer)
-        self.train_ds, self.test_ds, self.labelmap = build_datasets(cfg["dataset"], manifest, self.model)
+        self.train_ds, self.test_ds, self.labelmap = build_datasets(cfg["dataset"], manifest, self.model,
+                                                                    cfg["validation"])
+        self._train_eval_ds = None
         self.gallery_ds = build_gallery(cfg["dataset"], manifest, self.model)
         # the loss's init (proxies) from its own stream: independent of whatever preparing the data did
         torch.manual_seed(loss_seed(cfg["seed"]))
@@ -222,14 +225,29 @@ class _Trainer:
             raise ConfigError(f"run config: dataset.batch_size = {cfg['dataset']['batch_size']}: an epoch has no "
                               f"full batch of the {len(self.train_ds)} training images")
         self.clip_params = [p for g in cfg["grad_clip"]["groups"] for p in self.groups[g]]
+        self.projections = Projections(self) if cfg["asap"]["enabled"] else None
+        self.validation = (Validation(self, build_validation(cfg["dataset"], cfg["validation"], manifest, self.model))
+                           if cfg["validation"]["split"] else None)
         self.pos: dict[str, Any] = {"epoch": 1, "batch": 0, "global_step": 0, "epoch_loss_sum": 0.0,
                                     "epoch_steps": 0, "epoch_seconds": 0.0, "history": [], "best": None}
 
+    def train_eval_ds(self):
+        """The run's training images with the eval transform (built once)."""
+        if self._train_eval_ds is None:
+            rows = self.train_ds.rows if self.validation is not None else None
+            self._train_eval_ds = build_train_eval(self.cfg["dataset"], self.manifest, self.model, rows)
+        return self._train_eval_ds
+
     # -- state -------------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
-        return {"format": CHECKPOINT_FORMAT, "config": config_identity(self.plain), "position": dict(self.pos),
-                "model": self.model.state_dict(), "loss": self.loss.state_dict(),
-                "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(), "rng": rng_state()}
+        state = {"format": CHECKPOINT_FORMAT, "config": config_identity(self.plain), "position": dict(self.pos),
+                 "model": self.model.state_dict(), "loss": self.loss.state_dict(),
+                 "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(), "rng": rng_state()}
+        if self.validation is not None:
+            state["validation"] = self.validation.state_dict()
+        if self.projections is not None:
+            state["projections"] = self.projections.state_dict()
+        return state
 
     def _save(self) -> Path:
         return save_checkpoint(self.ckdir, self._state(), self.pos["epoch"], self.pos["batch"], self.cfg["checkpoint"]["keep"])
@@ -245,6 +263,10 @@ class _Trainer:
         self.scaler.load_state_dict(state["scaler"])
         set_rng_state(state["rng"])
         self.pos = dict(state["position"])
+        if self.validation is not None:
+            self.validation.load_state_dict(state["validation"])
+        if self.projections is not None:
+            self.projections.load_state_dict(state["projections"])
         _say(f"resuming from {path.name} (epoch {self.pos['epoch']}, batch {self.pos['batch']})")
 
     # -- main loop ---------------------------------------------------------------------------
@@ -262,22 +284,28 @@ class _Trainer:
         else:
             if had_files:
                 _say("no usable checkpoint left; restarting the run from scratch")
+            if self.projections is not None:  # Alg. 1: the first proxies by k-Center from random samples
+                self.validation.record_selection(self.projections.initialize())
             if self.cfg["eval"]["before_training"]:
                 t0 = time.perf_counter()
                 metrics = self._evaluate(0)
                 self.pos["history"].append(self._row(0, 0, None, None, time.perf_counter() - t0, metrics,
                                                      self._epoch_proxy_metrics(metrics)))
         for epoch in range(self.pos["epoch"], self.cfg["epochs"] + 1):
+            if self.pos.get("stopped"):  # validation early stopping
+                break
             diverged = self._train_epoch(epoch)
             if diverged:
                 return self._finish_diverged(diverged)
         return self._finish_completed()
 
-    def _row(self, epoch, steps, loss, lrs, seconds, metrics, proxy_metrics=None) -> dict[str, Any]:
+    def _row(self, epoch, steps, loss, lrs, seconds, metrics, proxy_metrics=None, val_metrics=None) -> dict[str, Any]:
         row = {"epoch": epoch, "steps": steps, "loss": loss, "lrs": lrs, "seconds": seconds,
                "phase": 2 if epoch and in_followup(self.cfg, epoch) else 1, "test_metrics": metrics}
         if proxy_metrics is not None:  # only with eval.proxy_metrics_per_epoch (older histories lack the key)
             row["proxy_metrics"] = proxy_metrics
+        if val_metrics is not None:  # only with a validation split
+            row["val_metrics"] = val_metrics
         return row
 
     def _epoch_proxy_metrics(self, metrics: dict[str, float] | None) -> dict[str, float] | None:
@@ -332,18 +360,30 @@ class _Trainer:
                 raise RunInterrupted(self.stop.signum, path)
         bar.close()
         pos["epoch_seconds"] += time.perf_counter() - t0
+        val_metrics = None
+        if self.validation is not None:
+            val_metrics = self.validation.evaluate(epoch)
+            if val_metrics is None:
+                return {"epoch": epoch, "step": pos["batch"], "global_step": pos["global_step"],
+                        "what": "validation embeddings", "lrs": lrs}
+            if self.validation.stopped:
+                pos["stopped"] = epoch
+        final = epoch == cfg["epochs"] or bool(pos.get("stopped"))
         every = cfg["eval"]["every"]
         metrics = None
-        if epoch == cfg["epochs"] or (every and epoch % every == 0):
-            metrics = self._evaluate(epoch)
+        # with best_val the final test evaluation is of the restored best model (_finish_completed)
+        if (final and cfg["eval"]["select"] != "best_val") or (every and epoch % every == 0):
+            metrics = self._evaluate(epoch, final)
             if metrics is None:
                 return {"epoch": epoch, "step": pos["batch"], "global_step": pos["global_step"],
                         "what": "embeddings", "lrs": lrs}
         loss_mean = pos["epoch_loss_sum"] / max(pos["epoch_steps"], 1)
         pos["history"].append(self._row(epoch, pos["epoch_steps"], loss_mean, lrs, pos["epoch_seconds"], metrics,
-                                        self._epoch_proxy_metrics(metrics)))
+                                        self._epoch_proxy_metrics(metrics), val_metrics))
         pos.update(epoch=epoch + 1, batch=0, epoch_loss_sum=0.0, epoch_steps=0, epoch_seconds=0.0)
         self._write_log()
+        if self.validation is not None:
+            self.validation.write_log()
         self._save()
         if self.stop:
             raise RunInterrupted(self.stop.signum, self.ckdir)
@@ -365,7 +405,9 @@ class _Trainer:
         self.scaler.scale(loss).backward()
         if self.scaler.is_enabled():
             self.scaler.unscale_(self.optimizer)  # inf/NaN gradients: the scaler skips the step
-        elif self.cfg["divergence"]["check_grads"]:
+        if self.projections is not None:  # ASAP's proximal term λ_eff(θ − θ*), after unscaling
+            self.projections.after_backward()
+        if not self.scaler.is_enabled() and self.cfg["divergence"]["check_grads"]:
             grads = [p.grad for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
             if grads and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()):
                 return "gradients"
@@ -378,7 +420,7 @@ class _Trainer:
         return None
 
     # -- evaluation and outputs ---------------------------------------------------------------
-    def _evaluate(self, epoch: int) -> dict[str, float] | None:
+    def _evaluate(self, epoch: int, final: bool = False) -> dict[str, float] | None:
         from dmlrepro.evaluation import save_embeddings
 
         cfg = self.cfg
@@ -404,8 +446,8 @@ class _Trainer:
                 self.pos["best"] = {"epoch": epoch, "recall@1": metrics["recall@1"]}
                 save(self.ckdir, True, {"epoch": epoch, "select": "best_test"})
                 write_verified(self.ckdir / BEST_MODEL_FILE, {"epoch": epoch, "model": self.model.state_dict()})
-        elif epoch == cfg["epochs"]:
-            save(self.outdir, False, {"epoch": epoch, "select": "last"})
+        elif final:
+            save(self.outdir, False, {"epoch": epoch, "select": cfg["eval"]["select"]})
         return metrics
 
     def _check_proxy_metrics(self) -> None:
@@ -429,7 +471,7 @@ class _Trainer:
         from dmlrepro.losses import proxy_points
 
         cfg = self.cfg
-        ds = build_train_eval(cfg["dataset"], self.manifest, self.model)
+        ds = self.train_eval_ds()
         emb, labels, _ = compute_embeddings(self.model, ds, batch_size=cfg["dataset"]["eval_batch_size"],
                                             device=self.device, num_workers=cfg["num_workers"],
                                             amp_dtype=self.amp_dtype, progress=self.progress, desc="embed train")
@@ -446,17 +488,19 @@ class _Trainer:
         names = [g["name"] for g in self.optimizer.param_groups]
         # per-epoch proxy metrics (RSW Fig. 9's AvgDTP): one column each, only when asked for
         per_epoch = list(self.cfg["eval"]["proxy_metrics"]) if self.cfg["eval"]["proxy_metrics_per_epoch"] else []
+        val = [self.cfg["validation"]["metric"]] if self.validation is not None else []  # val_map@r
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(["epoch", "phase", "steps", "loss", *[f"lr_{n}" for n in names], "seconds", "test_recall@1",
-                    *per_epoch])
+                    *per_epoch, *[f"val_{n}" for n in val]])
         for r in self.pos["history"]:
             lrs = r["lrs"] or {}
             m = r["test_metrics"]
             pm = r.get("proxy_metrics") or {}
             w.writerow([r["epoch"], r["phase"], r["steps"], "" if r["loss"] is None else repr(float(r["loss"])),
                         *[repr(lrs[n]) if n in lrs else "" for n in names], f"{r['seconds']:.3f}",
-                        "" if not m else repr(m["recall@1"]), *[repr(pm[n]) if n in pm else "" for n in per_epoch]])
+                        "" if not m else repr(m["recall@1"]), *[repr(pm[n]) if n in pm else "" for n in per_epoch],
+                        *[repr(r["val_metrics"][n]) if r.get("val_metrics") else "" for n in val]])
         atomic_write_text(self.outdir / "train_log.csv", buf.getvalue())
 
     def _last_finite(self) -> tuple[int | None, dict[str, float], dict[str, float] | None]:
@@ -471,44 +515,63 @@ class _Trainer:
         untrained = hist[0]["test_metrics"] if hist and hist[0]["epoch"] == 0 else None
         return {"select": self.cfg["eval"]["select"], "epochs": self.cfg["epochs"],
                 "global_steps": self.pos["global_step"], "untrained_metrics": untrained,
-                "best_epoch": (self.pos["best"] or {}).get("epoch")}
+                "best_epoch": (self.pos["best"] or {}).get("epoch"), "stopped_epoch": self.pos.get("stopped")}
 
     def _finish_completed(self) -> dict[str, Any]:
         from dmlrepro.evaluation.embeddings_io import load_embeddings
 
         emb_path = self.outdir / EMBEDDINGS_FILE
-        if self.cfg["eval"]["select"] == "best_test":
+        select, last_epoch = self.cfg["eval"]["select"], self.pos.get("stopped") or self.cfg["epochs"]
+        if self.validation is not None and not self.validation.stopped:
+            self.validation.finish()  # the epoch cap ended the run: close the open projection's record
+        if select == "best_val" and not emb_path.is_file():
+            self._evaluate_best_val()
+        if select == "best_test":
             for best, final in ((BEST_GALLERY_FILE, GALLERY_FILE), (BEST_EMBEDDINGS_FILE, EMBEDDINGS_FILE)):
                 if (self.ckdir / best).is_file():  # the queries' file last: its presence marks both moved
                     os.replace(self.ckdir / best, self.outdir / final)
         try:
-            epoch = int(load_embeddings(emb_path).meta.get("epoch", self.cfg["epochs"]))
+            epoch = int(load_embeddings(emb_path).meta.get("epoch", last_epoch))
             if self.cfg["dataset"]["gallery_split"]:
                 load_embeddings(self.outdir / GALLERY_FILE)
         except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as e:
             # missing or damaged (fault injection, tests/faults: a truncated embeddings_test.npz used
             # to end the run with a bare BadZipFile): with select "last" the model in memory is the
-            # final one, and evaluation is deterministic, so the file is simply computed again
-            if self.cfg["eval"]["select"] != "last" or self.pos["epoch"] != self.cfg["epochs"] + 1:
+            # final one (best_val: the saved best model), and evaluation is deterministic, so the file
+            # is simply computed again
+            if select == "best_test" or (select == "last" and self.pos["epoch"] != last_epoch + 1):
                 raise FileNotFoundError(f"{emb_path} is missing or damaged ({e}); "
                                         f"run `dmlrepro evaluate {self.outdir}`") from None
-            _say(f"{emb_path.name} is missing or damaged ({type(e).__name__}); computing it again from the final model")
-            if self._evaluate(self.cfg["epochs"]) is None:  # pragma: no cover - finite before, so finite now
+            _say(f"{emb_path.name} is missing or damaged ({type(e).__name__}); computing it again from the "
+                 f"{'best-validation' if select == 'best_val' else 'final'} model")
+            epoch = self._evaluate_best_val() if select == "best_val" else last_epoch
+            if select == "last" and self._evaluate(last_epoch, True) is None:  # pragma: no cover - finite before
                 raise RuntimeError(f"{self.outdir}: the final model's test embeddings are not finite") from None
-            epoch = self.cfg["epochs"]
         extra = {"status": "completed", "epoch": epoch, "diverged_at": None, **self._common()}
         if self.cfg["eval"]["proxy_metrics"]:
             last = self.pos["history"][-1] if self.pos["history"] else {}
-            logged = last.get("proxy_metrics") if last.get("epoch") == self.cfg["epochs"] else None
+            logged = last.get("proxy_metrics") if last.get("epoch") == last_epoch else None
             extra["proxy_metrics"] = logged if logged is not None else self._proxy_metrics()
         if self.cfg["eval"]["corruptions"]:  # RSW Table IV: the final model on corrupted test images
             from .evaluate import corruption_metrics
 
             extra["corruption_metrics"] = corruption_metrics(self.model, self.cfg, self.manifest, device=self.device,
                                                              amp_dtype=self.amp_dtype, progress=self.progress)
+        if self.validation is not None:
+            extra["validation"] = self.validation.summary()
         res = final_metrics(self.outdir, self.cfg, extra)
         _say(f"completed: epoch {epoch} test recall@1 = {res['metrics']['recall@1']:.4f} ({self.outdir})")
         return res
+
+    def _evaluate_best_val(self) -> int:
+        """Load the best-validation model (eval.select best_val) and save its test embeddings; its epoch."""
+        from .checkpoint import read_checkpoint
+
+        state = read_checkpoint(self.ckdir / BEST_VAL_MODEL_FILE, map_location=self.device)
+        self.model.load_state_dict(state["model"])
+        if self._evaluate(int(state["epoch"]), True) is None:
+            raise RuntimeError(f"{self.outdir}: the best-validation model's test embeddings are not finite")
+        return int(state["epoch"])
 
     def _finish_diverged(self, info: dict[str, Any]) -> dict[str, Any]:
 
@@ -517,6 +580,8 @@ class _Trainer:
         pos["history"].append(self._row(info["epoch"], pos["epoch_steps"], loss_mean, info["lrs"],
                                         pos["epoch_seconds"], None))
         self._write_log()
+        if self.validation is not None:
+            self.validation.write_log()
         epoch, metrics, proxy = self._last_finite()
         record = {"status": "diverged", "epoch": epoch, "metrics": metrics,
                   "diverged_at": {k: info[k] for k in ("epoch", "step", "global_step", "what")},

@@ -16,6 +16,7 @@ log = logging.getLogger(__name__)
 EMBEDDINGS_FILE = "embeddings_test.npz"  # the test split (the queries, with a gallery)
 GALLERY_FILE = "embeddings_gallery.npz"  # dataset.gallery_split (query→gallery evaluation, In-Shop)
 BEST_MODEL_FILE = "best_model.pt"
+BEST_VAL_MODEL_FILE = "best_val_model.pt"  # eval.select best_val (train/validation.py)
 
 
 @torch.no_grad()
@@ -107,7 +108,7 @@ def final_metrics(outdir: Path, cfg: dict[str, Any], extra: dict[str, Any]) -> d
 def evaluate_run(outdir, *, device: str | None = None, progress: bool | None = None) -> dict[str, Any]:
     """Recompute ``<outdir>/metrics.json`` from ``embeddings_test.npz``; if that file is missing,
     first recompute the embeddings from the selected model (``checkpoints/best_model.pt`` for
-    ``eval.select: best_test``, else the final checkpoint). A diverged run has no final model:
+    ``eval.select: best_test``, ``best_val_model.pt`` for ``best_val``, else the final checkpoint). A diverged run has no final model:
     its recorded metrics.json is returned unchanged."""
     from dmlrepro.evaluation import save_embeddings
 
@@ -127,8 +128,9 @@ def evaluate_run(outdir, *, device: str | None = None, progress: bool | None = N
     emb_path = outdir / EMBEDDINGS_FILE
     if not emb_path.is_file():
         ckdir = outdir / "checkpoints"
-        if cfg["eval"]["select"] == "best_test" and (ckdir / BEST_MODEL_FILE).is_file():
-            state = read_checkpoint(ckdir / BEST_MODEL_FILE)
+        best_file = {"best_test": BEST_MODEL_FILE, "best_val": BEST_VAL_MODEL_FILE}.get(cfg["eval"]["select"])
+        if best_file and (ckdir / best_file).is_file():
+            state = read_checkpoint(ckdir / best_file)
             model_state, epoch = state["model"], state["epoch"]
         else:
             found = load_latest(ckdir)

@@ -1,0 +1,51 @@
+"""Embedding-space geometry of ASAP Fig. 7 (paper A.3.1; asap.md §4.6, A23).
+
+* :func:`average_covering_radius` — "covering radii for 1 to n sample case in k-Center … then the
+  average": per class with n samples, r_k = max_x min_{s ∈ S_k} ‖x − s‖ for the greedy
+  farthest-first k-centre set S_k (exact k-centre is NP-hard; the spec's proposal), k = 1..n,
+  averaged over k, then over classes. S_1 is the class's first sample (the greedy's seed).
+* :func:`mean_interclass_distance` — the mean ‖f(x) − f(x')‖ over pairs with y ≠ y'.
+
+Both in the space they are given (A23: the 128-d normalised embedding; t-SNE only displays).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def greedy_covering_radii(points: np.ndarray) -> np.ndarray:
+    """r_1..r_n of the farthest-first traversal of `points` (n, D) started at point 0."""
+    points = np.asarray(points, dtype=np.float64)
+    n = len(points)
+    if n == 0:
+        raise ValueError("greedy_covering_radii: no points")
+    dmin = np.linalg.norm(points - points[0], axis=1)
+    radii = np.empty(n)
+    for k in range(n):
+        radii[k] = dmin.max()
+        if k + 1 < n:
+            q = int(dmin.argmax())
+            dmin = np.minimum(dmin, np.linalg.norm(points - points[q], axis=1))
+    return radii
+
+
+def average_covering_radius(embeddings: np.ndarray, labels: np.ndarray) -> float:
+    """Mean over classes of the mean over k of the greedy k-centre covering radius."""
+    embeddings, labels = np.asarray(embeddings), np.asarray(labels)
+    return float(np.mean([greedy_covering_radii(embeddings[labels == c]).mean() for c in np.unique(labels)]))
+
+
+def mean_interclass_distance(embeddings: np.ndarray, labels: np.ndarray, chunk: int = 1024) -> float:
+    """Mean Euclidean distance over all pairs of items with different labels."""
+    x, labels = np.asarray(embeddings, dtype=np.float64), np.asarray(labels)
+    total, count = 0.0, 0
+    for start in range(0, len(x), chunk):
+        block = x[start:start + chunk]
+        d = np.sqrt(np.maximum(((block[:, None, :] - x[None, :, :]) ** 2).sum(-1), 0.0))
+        other = labels[start:start + chunk, None] != labels[None, :]
+        total += float(d[other].sum())
+        count += int(other.sum())
+    if count == 0:
+        raise ValueError("mean_interclass_distance: a single class has no inter-class pairs")
+    return total / count

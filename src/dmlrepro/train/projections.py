@@ -1,0 +1,158 @@
+"""ASAP's alternating projections inside the training engine (asap.md §1.6; paper Alg. 1, Alg. 2).
+
+:class:`Projections` holds what ASAP adds to an ordinary proxy-loss run:
+
+* the first proxies: GreedyKCenterProxy(ρ*, b, f(·; θ)) from P random samples per class (A1);
+* the proximal term λ_eff(θ − θ*) added to the network's gradients after every backward pass
+  (:class:`dmlrepro.asap.ProximalRegularizer`; 0 in the first projection, A3);
+* at every alternation decided by the validation schedule (:mod:`.validation`): θ* ← θ_bp (the
+  best-in-projection weights, A4), ρ ← GreedyKCenterProxy(ρ_bp, b, f(·; θ*)), λ_eff ← λ, and the
+  optimiser's moments reset only with ``asap.reset_optimizer`` (A5). The live θ continues.
+
+k-Center pools are embedded with BN in inference mode, with the train augmentation
+(``asap.pool_augment``, A6), each pool image under its own seed drawn from (run seed,
+alternation): pools and picks are a pure function of the run, so a resumed run picks the same
+proxies. Everything is in :meth:`state_dict` (checkpoints).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from dmlrepro.asap import ProximalRegularizer, initial_proxies, select_proxies
+
+#: salt of the k-Center seeds (pool draws and pool augmentation), beside the data stream's
+_SALT = 0xA5A9
+
+
+def _seed(seed: int, alternation: int) -> int:
+    return int(np.random.SeedSequence([int(seed), _SALT, int(alternation)]).generate_state(1, np.uint64)[0] >> 2)
+
+
+class Projections:
+    """ASAP state of one run: proximal regulariser, best-in-projection snapshot, k-Center picks."""
+
+    def __init__(self, trainer):
+        self.t = trainer
+        self.cfg = trainer.cfg["asap"]
+        model, loss = trainer.model, trainer.loss
+        self.names = [n for n, p in model.named_parameters() if p.requires_grad]
+        self.reg = ProximalRegularizer([p for p in model.parameters() if p.requires_grad], lam=0.0,
+                                       exclude=loss.parameters())
+        self.best_model: dict[str, torch.Tensor] | None = None  # θ_bp (A4 "best")
+        self.best_proxies: torch.Tensor | None = None  # ρ_bp
+        self.best_val: dict[str, np.ndarray] | None = None  # validation embeddings at θ_bp (Fig. 7)
+        self.selections = 0  # k-Center selections so far (0 = the initial one still to do)
+
+    # -- embedding pools with some weights -----------------------------------------------------------
+    @contextlib.contextmanager
+    def _weights(self, state: dict[str, torch.Tensor] | None):
+        model = self.t.model
+        if state is None:
+            yield
+            return
+        live = copy.deepcopy(model.state_dict())
+        model.load_state_dict(state)
+        try:
+            yield
+        finally:
+            model.load_state_dict(live)
+
+    def _embedder(self, selection: int):
+        t = self.t
+        ds = t.train_ds if self.cfg["pool_augment"] else t.train_eval_ds()
+        base = _seed(t.cfg["seed"], selection)
+        batch = t.cfg["dataset"]["eval_batch_size"]
+
+        @torch.no_grad()
+        def embed(indices: torch.Tensor) -> torch.Tensor:
+            from .data import SeededDataset
+
+            items = SeededDataset(ds)
+            was = t.model.training
+            t.model.eval()  # BN in inference mode (A6)
+            out = []
+            try:
+                idx = indices.tolist()
+                for start in range(0, len(idx), batch):
+                    x = torch.stack([items[(i, base + start + j)][0] for j, i in enumerate(idx[start:start + batch])])
+                    with torch.autocast(t.device.type, dtype=t.amp_dtype or torch.float32,
+                                        enabled=t.amp_dtype is not None):
+                        out.append(t.model(x.to(t.device)).float())
+            finally:
+                t.model.train(was)
+            return torch.cat(out)
+
+        return embed
+
+    def _labels(self) -> torch.Tensor:
+        return self.t.labelmap(torch.as_tensor(self.t.train_ds.labels, dtype=torch.long)).cpu()
+
+    def _generator(self, selection: int) -> torch.Generator:
+        g = torch.Generator()
+        g.manual_seed(_seed(self.t.cfg["seed"], selection) ^ 0x5A)
+        return g
+
+    # -- hooks called by the engine ------------------------------------------------------------------
+    def initialize(self) -> dict[str, Any]:
+        """The first proxies (Alg. 1's first outer iteration); θ* = θ."""
+        loss, c = self.t.loss, self.cfg
+        sel = initial_proxies(self._embedder(0), self._labels(), loss.num_classes, loss.proxies_per_class, c["b"],
+                              self._generator(0), first_init=c["first_init"], small_budget=c["small_budget"],
+                              normalize=c["normalize"])
+        loss.set_proxies(sel.proxies)
+        self.reg.snapshot()
+        self.selections = 1
+        return {"selection": 0, "kcenter_seconds": sel.seconds}
+
+    def after_backward(self) -> None:
+        """g_θ += λ_eff (θ − θ*) on the network's trainable weights (the proxies have no λ term)."""
+        self.reg.add_to_grad()
+
+    def on_evaluation(self, decision, val_embeddings: dict[str, np.ndarray] | None) -> dict[str, Any] | None:
+        """Act on the schedule's decision after a validation; returns the alternation's log fields."""
+        t = self.t
+        if decision.improved_projection and self.cfg["anchor"] == "best":
+            self.best_model = copy.deepcopy(t.model.state_dict())
+            self.best_proxies = t.loss.proxies.detach().clone()
+            if self.cfg["save_val_embeddings"]:
+                self.best_val = val_embeddings
+        if decision.stop or not decision.alternate:
+            self.reg.lam = decision.lam
+            return None
+        start = time.perf_counter()
+        anchor_model = self.best_model if self.cfg["anchor"] == "best" else None
+        anchor_proxies = self.best_proxies if self.cfg["anchor"] == "best" else t.loss.proxies.detach().clone()
+        state = anchor_model if anchor_model is not None else t.model.state_dict()
+        self.reg.snapshot([state[n] for n in self.names])  # θ* ← θ_bp
+        c = self.cfg
+        with self._weights(anchor_model):
+            sel = select_proxies(self._embedder(self.selections), self._labels(),
+                                 anchor_proxies.view(t.loss.num_classes, t.loss.proxies_per_class, -1), c["b"],
+                                 self._generator(self.selections), small_budget=c["small_budget"],
+                                 normalize=c["normalize"])
+        t.loss.set_proxies(sel.proxies)
+        self.selections += 1
+        self.reg.lam = decision.lam
+        if decision.reset_optimizer:
+            t.optimizer.state.clear()
+        fields = {"kcenter_seconds": time.perf_counter() - start, "pool_size": int(sel.pool.shape[1]),
+                  "theta_distance": self.reg.distance()}
+        return fields
+
+    # -- state ---------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"reg": self.reg.state_dict(), "best_model": self.best_model, "best_proxies": self.best_proxies,
+                "best_val": None if self.best_val is None else {k: torch.as_tensor(v) for k, v in self.best_val.items()},
+                "selections": self.selections}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.reg.load_state_dict(state["reg"])
+        self.best_model, self.best_proxies, self.selections = state["best_model"], state["best_proxies"], state["selections"]
+        self.best_val = None if state["best_val"] is None else {k: v.numpy() for k, v in state["best_val"].items()}

@@ -1,0 +1,134 @@
+"""Validation on held-out training classes: early stopping, best-validation model, ASAP's schedule.
+
+With ``validation.split`` (fold k of n class-disjoint folds of the training classes, MLRC /
+ASAP protocol, asap.md §2.5 and §3.2; or RSW's 50/50 holdout) the engine trains on the other
+training classes and, after every epoch, embeds the validation classes (eval transform) and
+feeds ``validation.metric`` (MAP@R by default) to an :class:`dmlrepro.asap.AlternationSchedule`:
+
+* a new global best saves the model to ``checkpoints/best_val_model.pt`` ("recover the
+  parameters with the best validation performance"; ``eval.select: best_val`` evaluates it on
+  the test split at the end);
+* ``validation.patience`` evaluations without improvement stop the run (A7: in evaluations);
+* with ``asap.enabled`` the same schedule decides the alternations (:mod:`.projections`).
+
+For ASAP one epoch is one evaluation interval E: set ``steps_per_epoch: E`` (25 CUB/Cars, 250
+SOP/In-Shop) and ``epochs`` to a cap on the number of evaluations.
+
+Every evaluation, projection and alternation is logged in ``<run>/validation_log.json``
+(asap.md §6 "Minimum logging"); ``steps`` there are optimizer steps.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+import numpy as np
+
+from dmlrepro.asap import AlternationSchedule
+from dmlrepro.atomic import write_json_atomic
+
+from .checkpoint import write_verified
+from .evaluate import BEST_VAL_MODEL_FILE, compute_embeddings, embedding_metrics
+
+LOG_FILE = "validation_log.json"
+VAL_EMBEDDINGS_DIR = "projections"
+
+
+class Validation:
+    def __init__(self, trainer, dataset):
+        self.t, self.ds = trainer, dataset
+        cfg = trainer.cfg
+        v, a = cfg["validation"], cfg["asap"]
+        asap = a["enabled"]
+        patience = v["patience"] if v["patience"] is not None else sys.maxsize
+        self.schedule = AlternationSchedule(
+            eval_every=max(trainer.sampler.num_batches(), 1), projection_patience=a["projection_patience"] if asap else 1,
+            global_patience=patience, min_delta=v["min_delta"], lam=a["lam"] if asap else 0.0,
+            alternate=asap and a["alternate"], lambda_first_projection=a["lambda_first_projection"],
+            anchor=a["anchor"], reset_optimizer=a["reset_optimizer"], max_alternations=a["max_alternations"])
+        self.metric = v["metric"]
+        self.selections: list[dict[str, Any]] = []  # k-Center selections (the initial one and each alternation)
+
+    @property
+    def stopped(self) -> bool:
+        return self.schedule.stopped
+
+    def evaluate(self, epoch: int) -> dict[str, float] | None:
+        """Validation metrics after `epoch` (None if the embeddings are not finite), and the
+        schedule's decision acted upon."""
+        t = self.t
+        cfg = t.cfg
+        emb, labels, rows = compute_embeddings(t.model, self.ds, batch_size=cfg["dataset"]["eval_batch_size"],
+                                               device=t.device, num_workers=cfg["num_workers"], amp_dtype=t.amp_dtype,
+                                               progress=t.progress, desc=f"validate epoch {epoch}")
+        metrics = embedding_metrics(emb, labels, {**cfg, "eval": {**cfg["eval"], "nmi": False}})
+        if metrics is None:
+            return None
+        step = t.pos["global_step"]
+        decision = self.schedule.observe(step, metrics[self.metric])
+        if decision.improved_global and cfg["eval"]["select"] == "best_val":
+            write_verified(t.ckdir / BEST_VAL_MODEL_FILE, {"epoch": epoch, "model": t.model.state_dict()})
+        if t.projections is not None:
+            val = {"embeddings": emb, "labels": labels, "rows": rows}
+            fields = t.projections.on_evaluation(decision, val)
+            if fields is not None:
+                self.schedule.record_alternation(epoch=epoch, **fields)
+                if cfg["asap"]["save_val_embeddings"]:
+                    self._save_val_embeddings(decision.projection - 1, t.projections.best_val or val)
+        if decision.stop and cfg["asap"]["enabled"] and cfg["asap"]["save_val_embeddings"]:
+            self._save_val_embeddings(decision.projection, t.projections.best_val or {
+                "embeddings": emb, "labels": labels, "rows": rows})
+        return metrics
+
+    def _save_val_embeddings(self, projection: int, val: dict[str, np.ndarray]) -> None:
+        """The validation embeddings at the projection's solution θ* (ASAP Fig. 7)."""
+        from dmlrepro.evaluation import save_embeddings
+
+        folder = self.t.outdir / VAL_EMBEDDINGS_DIR
+        folder.mkdir(exist_ok=True)
+        save_embeddings(folder / f"projection-{projection}_val.npz", val["embeddings"], val["labels"], val["rows"],
+                        split="validation", meta={"projection": projection})
+
+    def record_selection(self, fields: dict[str, Any]) -> None:
+        self.selections.append(fields)
+
+    def finish(self) -> None:
+        """Close the open projection when the epoch cap ends the run before early stopping (and save
+        its validation embeddings, as an early stop does)."""
+        self.schedule.finish(self.t.pos["global_step"], "max_epochs")
+        t = self.t
+        if t.projections is not None and t.cfg["asap"]["save_val_embeddings"] and t.projections.best_val is not None:
+            self._save_val_embeddings(self.schedule.projection, t.projections.best_val)
+        self.write_log()
+
+    def summary(self) -> dict[str, Any]:
+        s = self.schedule
+        return {"metric": self.metric, "best": s.best_global, "best_step": s.best_global_step,
+                "evaluations": s.num_evaluations, "early_stopped": bool(s.evaluations and s.evaluations[-1]["stop"]),
+                "alternations": len(s.alternations)}
+
+    def write_log(self) -> None:
+        s = self.schedule
+        write_json_atomic(self.t.outdir / LOG_FILE, _finite_or_null({
+            "metric": self.metric, "steps_per_evaluation": s.eval_every, "initial_selection": self.selections,
+            "evaluations": s.evaluations, "projections": s.projections, "alternations": s.alternations}))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"schedule": self.schedule.state_dict(), "selections": [dict(x) for x in self.selections]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.schedule.load_state_dict(state["schedule"])
+        self.selections = [dict(x) for x in state["selections"]]
+
+
+def _finite_or_null(value: Any) -> Any:
+    """JSON has no ±inf (a reset projection best is −inf): those become null."""
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite_or_null(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
