@@ -15,19 +15,18 @@ import numpy as np
 
 
 def greedy_covering_radii(points: np.ndarray) -> np.ndarray:
-    """r_1..r_n of the farthest-first traversal of `points` (n, D) started at point 0."""
+    """r_1..r_n of the farthest-first traversal of `points` (n, D) started at point 0 (the traversal
+    is ASAP's own k-Center, :func:`dmlrepro.asap.kcenter.farthest_first`)."""
+    import torch
+
+    from dmlrepro.asap.kcenter import farthest_first
+
     points = np.asarray(points, dtype=np.float64)
-    n = len(points)
-    if n == 0:
+    if len(points) == 0:
         raise ValueError("greedy_covering_radii: no points")
-    dmin = np.linalg.norm(points - points[0], axis=1)
-    radii = np.empty(n)
-    for k in range(n):
-        radii[k] = dmin.max()
-        if k + 1 < n:
-            q = int(dmin.argmax())
-            dmin = np.minimum(dmin, np.linalg.norm(points - points[q], axis=1))
-    return radii
+    order = farthest_first(torch.from_numpy(points), len(points)).numpy()
+    dist = np.linalg.norm(points[:, None, :] - points[None, order, :], axis=-1)  # point -> k-th centre
+    return np.minimum.accumulate(dist, axis=1).max(axis=0)
 
 
 def average_covering_radius(embeddings: np.ndarray, labels: np.ndarray) -> float:
