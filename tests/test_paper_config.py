@@ -44,6 +44,8 @@ COUNTS = {
     "pfml_fig3d_delta_rep": (50, 50),
     "pfml_supp_table1_64d": (10, 10),
     "pfml_supp_table2_64d": (5, 5),
+    "pfml_supp_table3_mlrc": (20, 20),   # spec §6 S-T3/T4-MLRC: 4 folds x 5 reproductions per dataset
+    "pfml_supp_table4_mlrc": (20, 20),
     "pfml_supp_table5_hparams": (2, 0),
     "pfml_supp_table5_hparams_sop": (1, 0),
     "pfml_supp_table5_hparams_ibn": (2, 0),
@@ -79,8 +81,18 @@ COUNTS = {
     "asap_table1": (208, 208),
     "asap_table2": (104, 0),
     "asap_table3": (104, 0),
+    # ASAP figures (spec §6): PT-2 56 new, PT-5 40, PT-6 24 (C2-ASAP is PT-5's P = 8, b = 12 point),
+    # PT-7 0, PT-8 1, PT-9 48 new (batch 32 is PT-1's), PT-10 0
+    "asap_fig5_s_vs_l": (144, 56),
+    "asap_fig3_proxies_pool": (40, 40),
+    "asap_fig4a_alternation": (24, 22),
+    "asap_fig4b_steps": (4, 0),
+    "asap_fig7_geometry": (1, 1),
+    "asap_fig8_batch": (64, 48),
+    "asap_cost_profile": (32, 0),
+    "asap_fig2_bayes": (0, 0),   # opt-in: a Bayesian search (test_asap_fig2_is_an_opt_in_search)
 }
-PFML_TOTAL, RSW_TOTAL, ASAP_TOTAL = 400, 139, 208
+PFML_TOTAL, RSW_TOTAL, ASAP_TOTAL = 440, 139, 375
 TOTAL = PFML_TOTAL + RSW_TOTAL + ASAP_TOTAL
 TABLE1 = [name for name in COUNTS if name.startswith("pfml_table1")]
 TOY = "rsw_fig10_toy"          # digits stand in for FashionMNIST (no printed dataset to map)
@@ -136,7 +148,7 @@ def _is_asap(run):
 def test_only_the_real_benchmarks_at_224_px(runs):
     """At 224 px (RSW's large crop 256/288); ASAP's 227/256 (spec §2.2) in test_asap_engine_settings."""
     for run in runs.values():
-        if _is_asap(run):
+        if _is_asap(run) or run.method == "pfml_mlrc":  # MLRC's 227 px: test_asap_engine_settings, test_pfml_mlrc_engine
             assert run.dataset in REAL and run.config["dataset"]["name"] == run.dataset, run.run_id
             continue
         dataset = run.config["dataset"]
@@ -173,8 +185,8 @@ def test_table1_runs_200_epochs_5_seeds_with_the_papers_m_and_width(runs):
 
 def test_epochs_everywhere_but_the_timing_runs(runs):
     for run in runs.values():
-        if run.method.startswith("rsw") or _is_asap(run):
-            continue  # test_rsw_per_dataset_values_of_the_released_config, test_asap_engine_settings
+        if run.method.startswith("rsw") or _is_asap(run) or run.method == "pfml_mlrc":
+            continue  # test_rsw_per_dataset_values_of_the_released_config, test_asap_engine_settings, test_pfml_mlrc_engine
         timing = set(run.experiments) == {"pfml_supp_table6_timing"}
         assert run.config["epochs"] == (20 if timing else 200), run.run_id
 
@@ -359,13 +371,17 @@ def test_snakemake_configfile_stands_alone(runs):
 
 ASAP_SETTINGS_NAME = {"cub200": "cub", "cars196": "cars", "inshop": "inshop", "sop": "sop"}
 # method -> (base loss in dmlrepro.asap.settings, variant) for the pair / ASAP methods
-ASAP_PAIR = {"c1": ("c1", "plain"), "c1_asap": ("c1", "L"), "c2": ("c2", "plain"), "c2_asap": ("c2", "L"),
-             "ms": ("ms", "plain"), "ms_asap": ("ms", "L"), "triplet_mlrc": ("triplet", "plain"),
-             "triplet_asap": ("triplet", "L")}
-ASAP_XBM = {"c1_xbm": "c1", "c2_xbm": "c2"}
-XBM_L_BATCHES = {"cub200": 25, "cars196": 25, "inshop": 400, "sop": 1400}   # spec §2.6 (S, L): L
-SOFT_TRIPLE = {"cub200": (10, 20.0, 0.1, 0.01), "cars196": (10, 17.69, 19.18, 0.3588),   # K, λ, γ, δ (§2.6)
-               "inshop": (1, 20.0, 0.1, 0.01), "sop": (1, 100.0, 47.9, 0.3145)}
+ASAP_PAIR = {f"{base}{suffix}": (loss, variant) for base, loss in (("c1", "c1"), ("c2", "c2"), ("ms", "ms"),
+                                                                   ("triplet", "triplet"))
+             for suffix, variant in (("_asap", "L"), ("_asap_s", "S"), ("_proxy", "proxy"))}
+ASAP_PAIR.update({"c1": ("c1", "plain"), "c2": ("c2", "plain"), "ms": ("ms", "plain"), "triplet_mlrc": ("triplet", "plain")})
+ASAP_XBM = {"c1_xbm": ("c1", "L"), "c2_xbm": ("c2", "L"), "c1_xbm_s": ("c1", "S"), "c2_xbm_s": ("c2", "S")}
+XBM_BATCHES = {"S": {"cub200": 3, "cars196": 3, "inshop": 100, "sop": 400},     # spec §2.6, memory in batches of 32
+               "L": {"cub200": 25, "cars196": 25, "inshop": 400, "sop": 1400}}
+SOFT_TRIPLE_PARAMS = {"cub200": (20.0, 0.1, 0.01), "cars196": (17.69, 19.18, 0.3588),   # λ, γ, δ (§2.6)
+                      "inshop": (20.0, 0.1, 0.01), "sop": (100.0, 47.9, 0.3145)}
+SOFT_TRIPLE = {"soft_triple_mlrc": {"cub200": 10, "cars196": 10, "inshop": 1, "sop": 1},   # centres: the tables' rows
+               "soft_triple_l4": {"inshop": 4, "sop": 4}}                                # Fig. 5's L on In-Shop / SOP
 PROXY_BASELINES = {"proxy_anchor_mlrc", "proxy_nca_pp", "soft_triple_mlrc"}
 
 
@@ -411,34 +427,42 @@ def test_asap_engine_settings(runs):
             assert (data["test_split"], data["gallery_split"]) == ("query", "gallery"), run.run_id
 
 
+def _asap_table_and_figure_runs(runs):
+    """Every run of the ASAP tables and figures except the sweeps that change §2.6's values on purpose
+    (Fig. 3's P × b grid, Fig. 8's batch sizes), once each."""
+    swept = {"asap_fig3_proxies_pool", "asap_fig8_batch"}
+    return [run for run in runs.values() if any(name.startswith("asap_") for name in set(run.experiments) - swept)]
+
+
 def test_asap_per_dataset_values_match_dmlrepro_asap_settings(runs):
     from dmlrepro.asap.settings import SETTINGS, asap_settings
 
     checked = 0
-    for run in experiment_runs(runs, "asap_table1"):
+    for run in _asap_table_and_figure_runs(runs):
         cfg, name = run.config, ASAP_SETTINGS_NAME[run.dataset]
         assert cfg["steps_per_epoch"] == SETTINGS[name]["eval_every"], run.run_id
         if run.method in ASAP_PAIR:
             want = asap_settings(name, *ASAP_PAIR[run.method])
             assert cfg["loss"]["name"] == want["loss_name"], run.run_id
             assert cfg["loss"]["hparams"] == pytest.approx(want["loss_hparams"]), run.run_id
-            if run.method.endswith("_asap"):
+            if want["loss_name"].startswith("asap_"):
                 asap = cfg["asap"]
-                assert asap["enabled"] and asap["alternate"], run.run_id
+                assert asap["enabled"] and asap["alternate"] == want["alternate"], run.run_id
                 assert (asap["b"], asap["lam"], asap["projection_patience"]) == \
                     (want["b"], pytest.approx(want["lam"]), want["projection_patience"]), run.run_id
             else:
                 assert not (cfg.get("asap") or {}).get("enabled"), run.run_id
             checked += 1
         elif run.method in ASAP_XBM:
-            base = ASAP_XBM[run.method]
+            base, size = ASAP_XBM[run.method]
             hp = dict(cfg["loss"]["hparams"])
             assert cfg["loss"]["name"] == f"xbm_{base}", run.run_id
-            assert (hp.pop("memory_size"), hp.pop("start_step")) == (XBM_L_BATCHES[run.dataset] * 32, 1000), run.run_id
+            assert (hp.pop("memory_size"), hp.pop("start_step")) == (XBM_BATCHES[size][run.dataset] * 32, 1000), run.run_id
             assert hp == pytest.approx(SETTINGS[name][base]), run.run_id
             checked += 1
-        elif run.method == "soft_triple_mlrc":
-            k, la, gamma, margin = SOFT_TRIPLE[run.dataset]
+        elif run.method in SOFT_TRIPLE:
+            la, gamma, margin = SOFT_TRIPLE_PARAMS[run.dataset]
+            k = SOFT_TRIPLE[run.method][run.dataset]
             assert cfg["loss"]["hparams"] == pytest.approx(dict(centers_per_class=k, la=la, gamma=gamma, margin=margin))
             checked += 1
         elif run.method == "proxy_nca_pp":
@@ -447,7 +471,7 @@ def test_asap_per_dataset_values_match_dmlrepro_asap_settings(runs):
         elif run.method == "proxy_anchor_mlrc":
             assert cfg["loss"]["hparams"] == pytest.approx({"margin": 0.1, "alpha": 32.0}), run.run_id
             checked += 1
-    assert checked == 208
+    assert checked == len(_asap_table_and_figure_runs(runs)) == 208 + 56 + 24 + 1
 
 
 def test_asap_report_names_the_printed_rows(config):
@@ -463,3 +487,72 @@ def test_asap_report_names_the_printed_rows(config):
         assert report["methods"]["soft_triple_mlrc"] == row
         assert set(report["block_metrics"].values()) == {r["block"] for r in rows}, name
         assert set(report["block_metrics"]) == set(config["experiments"][name]["metrics"]), name
+
+
+def test_asap_figure_protocols(runs):
+    """Figs. 3, 4a, 7 on the ablation split (2/3 train, 1/3 validation, A.2); Figs. 5, 8 on the MLRC folds;
+    Fig. 3's P x b grid; Fig. 8's batch sizes at 4 images per class; Fig. 7 saves the projections."""
+    for name in ("asap_fig3_proxies_pool", "asap_fig4a_alternation", "asap_fig7_geometry"):
+        for run in experiment_runs(runs, name):
+            v = run.config["validation"]
+            assert (v["split"], v["n_folds"], v["fold"], v["patience"]) == ("fold", 3, 0, 60), (name, run.run_id)
+            assert run.dataset in ("cub200", "cars196"), (name, run.run_id)
+    grid = {(r.config["loss"]["hparams"]["proxies_per_class"], r.config["asap"]["b"], r.dataset)
+            for r in experiment_runs(runs, "asap_fig3_proxies_pool")}
+    assert grid == {(p, b, d) for p in (1, 2, 4, 8) for b in (1, 4, 8, 12, 16) for d in ("cub200", "cars196")}
+    (fig7,) = experiment_runs(runs, "asap_fig7_geometry")
+    assert fig7.method == "c2_asap" and fig7.config["asap"]["save_val_embeddings"] and fig7.dataset == "cub200"
+    batches = {(r.method, r.dataset, r.config["dataset"]["batch_size"], r.config["validation"]["fold"])
+               for r in experiment_runs(runs, "asap_fig8_batch")}
+    assert batches == {(m, d, b, f) for m in ("c2", "c2_asap") for d in ("cub200", "cars196")
+                       for b in (16, 32, 64, 128) for f in range(4)}
+    assert all(r.config["dataset"]["m"] == 4 for r in experiment_runs(runs, "asap_fig8_batch"))
+    table1 = {r.run_id for r in experiment_runs(runs, "asap_table1")}
+    assert {r.run_id for r in experiment_runs(runs, "asap_fig8_batch") if r.config["dataset"]["batch_size"] == 32} <= table1
+    for run in experiment_runs(runs, "asap_fig5_s_vs_l"):
+        assert run.config["validation"]["n_folds"] == 4 and run.dataset in ("inshop", "sop"), run.run_id
+    # Fig. 4(b) and the cost profile draw on Table 1's runs only
+    assert {r.run_id for name in ("asap_fig4b_steps", "asap_cost_profile") for r in experiment_runs(runs, name)} <= table1
+
+
+def test_pfml_mlrc_engine(runs):
+    """PFML supp. Tables 3-4 (pfml spec §4.5): MLRC's engine (reference-implementations.md §3) with PFML's loss,
+    4 MLRC-scheme folds x 5 reproductions per dataset, CUB patience 9 every 200 steps, Cars 14 every 500."""
+    cells = set()
+    for name, dataset in (("pfml_supp_table3_mlrc", "cars196"), ("pfml_supp_table4_mlrc", "cub200")):
+        for run in experiment_runs(runs, name):
+            cfg = run.config
+            assert run.dataset == dataset and run.method == "pfml_mlrc", run.run_id
+            cells.add((dataset, run.seed, cfg["validation"]["fold"]))
+            v = cfg["validation"]
+            assert (v["split"], v["n_folds"], v["scheme"], v["metric"]) == ("fold", 4, "mlrc", "map@r"), run.run_id
+            assert (v["patience"], cfg["steps_per_epoch"]) == ((9, 200) if dataset == "cub200" else (14, 500))
+            assert cfg["steps_per_epoch"] * cfg["epochs"] == 1000 * 100, run.run_id   # 1000 MLRC epochs of 100
+            model, data, opt = cfg["model"], cfg["dataset"], cfg["optimizer"]
+            assert (model["backbone"], model["preset"], model["embedding_size"]) == ("bn_inception", "mlrc", 128)
+            assert (data["image_size"], data["resize"], data["scale"], data["batch_size"], data["m"]) == \
+                (227, 256, [0.16, 1.0], 32, 4), run.run_id
+            assert (opt["name"], opt["lr"], opt["weight_decay"], opt["momentum"]) == ("rmsprop", 1e-6, 1e-4, 0.9)
+            assert cfg["schedule"]["name"] == "none" and cfg["bn_freeze"]["running_stats"] and cfg["bn_freeze"]["affine"]
+            assert cfg["eval"]["select"] == "best_val" and cfg["loss"]["name"] == "pfml", run.run_id
+            assert cfg["loss"]["hparams"]["proxies_per_class"] == 15, run.run_id
+    assert cells == {(d, s, f) for d in ("cub200", "cars196") for s in range(5) for f in range(4)}
+
+
+def test_asap_fig2_is_an_opt_in_search(config):
+    """PT-4: left out unless chosen (opt_in), then one search of λ ({0} ∪ log-U[1e-6, 1]) × P (1..12), ~35
+    trials, over C2-ASAP on CUB's ablation split with b = 12; no runs of its own."""
+    from dmlrepro.runs import active_experiments, search_runs
+
+    assert "asap_fig2_bayes" not in active_experiments(config) and not search_runs(config)
+    chosen = {**config, "opt_in": ["asap_fig2_bayes"]}
+    assert "asap_fig2_bayes" in active_experiments(chosen)
+    (search,) = search_runs(chosen).values()
+    spec = config["experiments"]["asap_fig2_bayes"]["search"]
+    assert spec["space"]["asap.lam"] == {"type": "float", "low": 1e-6, "high": 1.0, "log": True, "zero": True}
+    assert spec["space"]["loss.hparams.proxies_per_class"] == {"type": "int", "low": 1, "high": 12}
+    assert 30 <= spec["trials"] <= 40
+    cfg = search.config
+    assert search.method == "c2_asap" and search.dataset == "cub200" and cfg["asap"]["b"] == 12
+    assert (cfg["validation"]["n_folds"], cfg["validation"]["fold"]) == (3, 0)
+    assert not resolve_runs(chosen).keys() - resolve_runs(config).keys()   # a search trains no workflow run

@@ -108,3 +108,36 @@ def test_per_dataset_method_values_apply_on_their_dataset_only_and_before_overri
     config["experiments"]["table"]["overrides"] = {"loss": {"hparams": {"alpha": 6.0}}}
     overridden = experiment_runs(resolve_runs(config), "table")
     assert {r.config["loss"]["hparams"]["alpha"] for r in overridden if r.method == "pfml"} == {6.0}
+
+
+def test_search_experiments_and_opt_in():
+    """An experiment with `search:` gives searches (search_runs), not runs; its id is the base run's id plus
+    a hash of the search spec; `opt_in: true` experiments are left out unless the top-level opt_in names them."""
+    import pytest
+
+    from dmlrepro.runs import ExperimentError, active_experiments, resolve_runs, search_runs
+
+    space = {"optimizer.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}}
+    base = {"defaults": {"validation": {"split": "holdout"}}, "datasets": {"digits": {"dataset": {"name": "digits"}}},
+            "methods": {"pa": {"loss": {"name": "proxy_anchor"}}},
+            "experiments": {"table": {"methods": ["pa"], "datasets": ["digits"], "metrics": []},
+                            "tune": {"methods": ["pa"], "datasets": ["digits"], "metrics": [],
+                                     "search": {"space": space, "trials": 3}},
+                            "costly": {"opt_in": True, "methods": ["pa"], "datasets": ["digits"], "metrics": [],
+                                       "overrides": {"epochs": 7}}}}
+    runs, searches = resolve_runs(base), search_runs(base)
+    assert [r.experiments for r in runs.values()] == [{"table": {}}]
+    (search_id, search), = searches.items()
+    (run_id,) = runs
+    assert search_id.startswith(run_id + "-") and search.config == runs[run_id].config
+    other = search_runs({**base, "experiments": {"tune": {**base["experiments"]["tune"],
+                                                          "search": {"space": space, "trials": 4}}}})
+    assert list(other) != [search_id]                                   # another spec, another search
+    assert active_experiments(base) == ["table", "tune"]
+    assert active_experiments({**base, "opt_in": ["costly"]}) == ["table", "tune", "costly"]
+    assert len(resolve_runs({**base, "opt_in": ["costly"]})) == 2
+    with pytest.raises(ExperimentError, match="opt_in: 'table'"):
+        active_experiments({**base, "opt_in": ["table"]})
+    bad = {**base, "experiments": {"tune": {**base["experiments"]["tune"], "search": {"space": {"x": {"type": "nope"}}, "trials": 1}}}}
+    with pytest.raises(ExperimentError, match="search.space"):
+        search_runs(bad)

@@ -15,6 +15,7 @@ COMMANDS = {
     "launch": ("dmlrepro.train.cli", "launch_main", [], "submit one run to SLURM via submitit (single runs outside the DAG)"),
     "runs": ("dmlrepro.runs", "main", [], "list the runs the workflow's experiments resolve to (--experiment NAME)"),
     "check-report": ("dmlrepro.report.browser", "main", [], "check a built HTML report in headless Chromium (images, console, screenshot)"),
+    "tune": ("dmlrepro.tuning.cli", "main", [], "Bayesian-optimisation search of run-config keys: SEARCH_CONFIG OUTDIR"),
     "losses": ("dmlrepro.cli", "losses_main", [], "list the losses that config can name"),
 }
 

@@ -120,10 +120,58 @@ def _section(config: Mapping, name: str, key: str, where: str) -> Mapping:
 
 
 def resolve_runs(config: Mapping[str, Any], experiments: list[str] | None = None) -> dict[str, Run]:
-    """Every run of the named experiments (default: all), keyed by run id, deduplicated."""
-    all_experiments = config.get("experiments") or {}
-    names = list(all_experiments) if experiments is None else experiments
+    """Every run of the named experiments (default: the active ones), keyed by run id, deduplicated.
+    Search experiments (`search:`, trained inside their search) have no runs here: search_runs."""
     runs: dict[str, Run] = {}
+    for name, position, run in _experiment_points(config, experiments):
+        if "search" not in config["experiments"][name]:
+            _add(runs, name, position, run)
+    return runs
+
+
+def search_runs(config: Mapping[str, Any], experiments: list[str] | None = None) -> dict[str, Run]:
+    """The searches of the search experiments (`search:`; dmlrepro.tuning searches keys of a base run
+    config): one per method × dataset × seed × sweep point, keyed by search id = the base run's id
+    with a hash of the search spec appended (a changed spec is a new search, as a changed
+    hyperparameter is a new run)."""
+    from dmlrepro.tuning.bayes import parse_space
+
+    runs: dict[str, Run] = {}
+    for name, position, run in _experiment_points(config, experiments):
+        spec = config["experiments"][name].get("search")
+        if spec is not None:
+            try:
+                parse_space(spec.get("space") or {})
+            except ValueError as error:
+                raise ExperimentError(f"experiments.{name}.search.space: {error}") from error
+            run.run_id = f"{run.run_id}-{hashlib.sha256(json.dumps(canonical(spec), sort_keys=True).encode()).hexdigest()[:6]}"
+            _add(runs, name, position, run)
+    return runs
+
+
+def _add(runs: dict[str, Run], name: str, position: int, run: Run) -> None:
+    point = run.experiments.pop(name)
+    run = runs.setdefault(run.run_id, run)
+    run.experiments[name], run.position[name] = point, position
+
+
+def active_experiments(config: Mapping[str, Any]) -> list[str]:
+    """The experiments the workflow builds: all but those marked `opt_in: true` that the top-level
+    `opt_in` list does not name."""
+    all_experiments = config.get("experiments") or {}
+    chosen = list(config.get("opt_in") or [])
+    unknown = [name for name in chosen if not (all_experiments.get(name) or {}).get("opt_in")]
+    if unknown:
+        offered = sorted(name for name, exp in all_experiments.items() if (exp or {}).get("opt_in"))
+        raise ExperimentError(f"opt_in: {unknown[0]!r} is not an experiment marked opt_in: true; those are {offered}")
+    return [name for name, exp in all_experiments.items() if not (exp or {}).get("opt_in") or name in chosen]
+
+
+def _experiment_points(config: Mapping[str, Any], experiments: list[str] | None):
+    """(experiment, position, Run) for every combination of the named experiments (default: the
+    active ones), in order."""
+    all_experiments = config.get("experiments") or {}
+    names = active_experiments(config) if experiments is None else experiments
     for name in names:
         if name not in all_experiments:
             raise ExperimentError(f"unknown experiment {name!r}; config.experiments defines {sorted(all_experiments)}")
@@ -146,10 +194,8 @@ def resolve_runs(config: Mapping[str, Any], experiments: list[str] | None = None
                 raise ExperimentError(f"{where} (method {method}, dataset {dataset}, seed {seed}, "
                                       f"sweep {point}): {error}") from error
             resolved = without_late_defaults(resolved)  # the train rule's params stay as they were
-            run_id = run_id_for(method, dataset, resolved)
-            run = runs.setdefault(run_id, Run(run_id, method, dataset, seed, resolved))
-            run.experiments[name], run.position[name] = point, position
-    return runs
+            yield name, position, Run(run_id_for(method, dataset, resolved), method, dataset, seed, resolved,
+                                      {name: point})
 
 
 def dataset_parameters(runs: Mapping[str, Run]) -> dict[str, dict[str, Any]]:

@@ -72,3 +72,20 @@ def test_one_row_per_method_across_datasets(tmp_path):
     assert len(ours) == 1
     cub, cars = ours[0]["cells"]
     assert cub["delta"] == pytest.approx(-1.9) and cars["delta"] == pytest.approx(1.0)
+
+
+def test_mlrc_tables_compare_95_percent_confidence_intervals(tmp_path):
+    """uncertainty="ci95": ours ± its 95 % CI, within when |Δ| ≤ √(CI_paper² + CI_ours²) (factor 1, not 2)."""
+    aggregated = _aggregated("cub200").assign(**{"recall@1_ci95": 0.012})   # 1.2 points; std 0.4
+    table = comparison_table(aggregated, _reported(tmp_path), ["recall@1"], {"pfml": "Ours"},
+                             {"cub200": "CUB-200-2011"}, 5, uncertainty="ci95")
+    cell = table["rows"][1]["cells"][0]
+    assert cell["ours_std"] == pytest.approx(1.2) and cell["sigma"] == pytest.approx(math.hypot(0.3, 1.2))
+    assert cell["within"] is False                                  # 1.9 > 1.237
+    wide = aggregated.assign(**{"recall@1_ci95": 0.02})
+    cell = comparison_table(wide, _reported(tmp_path), ["recall@1"], {"pfml": "Ours"},
+                            {"cub200": "CUB-200-2011"}, 5, uncertainty="ci95")["rows"][1]["cells"][0]
+    assert cell["within"] is True                                   # 1.9 <= √(0.3² + 2²) = 2.02
+    assert table["uncertainty"] == "ci95"
+    with pytest.raises(ValueError, match="uncertainty"):
+        comparison_table(aggregated, None, ["recall@1"], {}, {}, 5, uncertainty="sem")

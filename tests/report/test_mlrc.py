@@ -133,3 +133,18 @@ def test_projection_sections_read_the_logs_and_saved_embeddings(tmp_path):
                         tmp_path / "s2", reported_dir=tmp_path, method_configs={})
     assert [g["projection"] for g in geo["geometry"]] == [0, 1]
     assert all(0 <= g["map@r"] <= 1 and g["covering_radius"] > 0 for g in geo["geometry"])
+
+
+def test_ci95_over_reproductions_by_hand():
+    """aggregate_runs' <metric>_ci95 = t(0.975, n-1) s / √n over seeds (t quantiles from a table, not scipy)."""
+    t975 = {2: 12.7062, 3: 4.3027, 5: 2.7764}   # two-sided 95 % t quantiles for n - 1 = 1, 2, 4
+    for n, t in t975.items():
+        values = [0.2 + 0.01 * k * k for k in range(n)]
+        records = [{"method": "m", "dataset": "d", "sweep": {}, "seed": k,
+                    "result": {"status": "completed", "metrics": {"map@r@separated": v}}} for k, v in enumerate(values)]
+        row = aggregate_runs(records, ["map@r@separated"]).iloc[0]
+        mean = sum(values) / n
+        s = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5
+        assert row["map@r@separated_ci95"] == pytest.approx(t * s / n ** 0.5, rel=1e-4), n
+    one = aggregate_runs(records[:1], ["map@r@separated"]).iloc[0]
+    assert np.isnan(one["map@r@separated_ci95"])

@@ -65,16 +65,16 @@ def test_report_shows_every_experiment_and_loads_in_chromium(finished, tmp_path)
     from dmlrepro.report.browser import check_report, find_chromium
 
     html = (finished / "results/report/index.html").read_text()
-    for experiment in yaml.safe_load(TINY.read_text())["experiments"]:
-        assert f'<section id="{experiment}">' in html
+    for name, experiment in yaml.safe_load(TINY.read_text())["experiments"].items():
+        assert (f'<section id="{name}">' in html) != bool(experiment.get("opt_in")), name   # opt-in: left out
     assert "Potential Field (Ours)" in html and "73.4" in html  # the paper's R@1 beside ours (Table 1, R50, CUB)
     assert "stand-in: synthetic" in html and "Provenance" in html
     images = re.findall(r'<img src="([^"]+)"', html)
-    assert len(images) == 8 and all((finished / "results/report" / src).is_file() for src in images)
+    assert len(images) == 9 and all((finished / "results/report" / src).is_file() for src in images)
     if find_chromium() is None:
         pytest.skip("chromium is not installed (.ci/run installs it): the browser check did not run")
     result = check_report(finished / "results/report/index.html", tmp_path / "report.png")
-    assert result == {"images": 8, "broken": [], "console_errors": []}
+    assert result == {"images": 9, "broken": [], "console_errors": []}
     assert (tmp_path / "report.png").stat().st_size > 10_000
 
 
@@ -101,6 +101,18 @@ def test_rsw_kinds_corruptions_and_per_epoch_avg_dtp(finished):
 
 def test_rerun_does_nothing(finished):
     assert "Nothing to be done" in snakemake(finished, TINY, "-n")
+
+
+def test_search_experiment_and_opt_in(finished):
+    """The search ran its 3 trials (no workflow run of its own); choosing the opt-in experiment plans its
+    one run, its table and section, and the report."""
+    (folder,) = (finished / "results/search").iterdir()
+    with open(folder / "trials.csv") as handle:
+        trials = list(csv.DictReader(handle))
+    assert [t["state"] for t in trials] == ["COMPLETE"] * 3 and (folder / "best.json").is_file()
+    assert not any(p.name.startswith(folder.name) for p in (finished / "results/runs").iterdir())
+    plan = planned_jobs(snakemake(finished, TINY, "-n", "--config", "opt_in=[costly]"))
+    assert plan == {"train": 1, "aggregate": 1, "report_section": 1, "report": 1, "all": 1}
 
 
 def test_new_file_times_of_a_fresh_clone_rerun_nothing(finished):

@@ -26,6 +26,7 @@ rule report_section:
         train_logs=experiment_logs,
         manifests=experiment_manifests,
         reported=lambda wildcards: reported_table(wildcards.experiment),
+        searches=experiment_search_trials,
     output:
         section=directory(f"{RESULTS}/report/sections/{{experiment}}"),
     log:
@@ -37,6 +38,7 @@ rule report_section:
             config["experiments"][wildcards.experiment]
         ),
         runs=section_runs,
+        searches=section_searches,
         methods=experiment_methods,
         reported_dir=REPORTED,
     message:

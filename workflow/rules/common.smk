@@ -4,11 +4,13 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from dmlrepro.runs import (
+    active_experiments,
     canonical,
     dataset_parameters,
     deep_merge,
     experiment_runs,
     resolve_runs,
+    search_runs,
 )
 from dmlrepro.train.data import label_noise_path
 
@@ -16,17 +18,35 @@ validate(config, "../schemas/config.schema.yaml")
 
 DATA = config["data_root"]
 RESULTS = config["results"]
-EXPERIMENTS = list(config["experiments"])
+EXPERIMENTS = active_experiments(
+    config
+)  # without the opt-in experiments not chosen (config opt_in)
 RUNS = resolve_runs(config)
-DATASET_PARAMS = dataset_parameters(RUNS)  # one preparation per dataset name
+SEARCHES = search_runs(
+    config
+)  # experiments with `search:` train inside their search (rule search)
+DATASET_PARAMS = dataset_parameters(
+    {**RUNS, **SEARCHES}
+)  # one preparation per dataset name
 
 
 def run_of(wildcards):
     return RUNS[wildcards.run]
 
 
+def search_of(wildcards):
+    return SEARCHES[wildcards.search]
+
+
+def search_spec(wildcards):
+    """The `search:` block of the (first) experiment of a search (equal by the search id's hash)."""
+    experiment = next(iter(SEARCHES[wildcards.search].experiments))
+    return canonical(config["experiments"][experiment]["search"])
+
+
 def dataset_of(wildcards):
-    return RUNS[wildcards.run].config["dataset"]
+    table = SEARCHES if hasattr(wildcards, "search") else RUNS
+    return table[getattr(wildcards, "search", None) or wildcards.run].config["dataset"]
 
 
 def run_inputs(wildcards):
@@ -58,6 +78,22 @@ experiment_metrics = experiment_run_files("metrics.json")
 experiment_logs = experiment_run_files("train_log.csv")
 
 
+def experiment_search_trials(wildcards):
+    """The trials.csv of every search of the experiment (none for an experiment without `search:`)."""
+    return [
+        f"{RESULTS}/search/{run.run_id}/trials.csv"
+        for run in experiment_runs(SEARCHES, wildcards.experiment)
+    ]
+
+
+def section_searches(wildcards):
+    """The experiment's searches for the report: ids, method, dataset, seed, folder."""
+    return [
+        run_record(run, dir=f"{RESULTS}/search/{run.run_id}")
+        for run in experiment_runs(SEARCHES, wildcards.experiment)
+    ]
+
+
 def run_record(run, **extra):
     """What a script needs to know of a run: id, method, dataset, seed, then `extra`."""
     return {
@@ -72,7 +108,8 @@ def run_record(run, **extra):
 def experiment_manifests(wildcards):
     names = {
         run.config["dataset"]["name"]
-        for run in experiment_runs(RUNS, wildcards.experiment)
+        for table in (RUNS, SEARCHES)
+        for run in experiment_runs(table, wildcards.experiment)
     }
     return [f"{DATA}/{name}/manifest.csv" for name in sorted(names)]
 
@@ -156,10 +193,19 @@ def train_resource(name):
         )
 
     def resource(wildcards):
-        dataset = RUNS[wildcards.run].dataset
+        dataset = (
+            SEARCHES[wildcards.search]
+            if hasattr(wildcards, "search")
+            else RUNS[wildcards.run]
+        ).dataset
         merged = {"runtime": 60, "mem_mb": 4000, "gpu": 0}
         merged.update(requests.get("default") or {})
         merged.update(requests.get(dataset) or {})
+        if hasattr(
+            wildcards, "search"
+        ):  # a search trains trials x folds runs one after the other
+            spec = search_spec(wildcards)
+            merged["runtime"] *= spec["trials"] * len(spec.get("folds") or [None])
         if name != "slurm_extra":
             return merged[name]
         # SIGTERM to every process of the job `warning` seconds before the time limit: the run

@@ -8,4 +8,4 @@ from dmlrepro.steplog import log_to
 with log_to(snakemake.log[0]):
     build_section(snakemake.wildcards.experiment, snakemake.params.experiment, pd.read_csv(snakemake.input.table),
                   snakemake.params.runs, snakemake.output.section, reported_dir=snakemake.params.reported_dir,
-                  method_configs=snakemake.params.methods)
+                  method_configs=snakemake.params.methods, searches=snakemake.params.searches)

@@ -1,7 +1,9 @@
-"""Seeds → mean ± std per method and sweep point (DESIGN.md flow: aggregate).
+"""Seeds → mean ± std (and 95 % CI) per method and sweep point (DESIGN.md flow: aggregate).
 
 The standard deviation is the sample std (ddof = 1), the papers' unstated convention read as in
-specs/pfml.md §3.3; a group with one seed has std NaN. Diverged runs are counted in `diverged`
+specs/pfml.md §3.3; a group with one seed has std NaN. `<metric>_ci95` is the half-width of the
+95 % confidence interval of the mean, t(0.975, n − 1) · std / √n — the MLRC tables' ± over
+reproductions (powerful-benchmarker's t-distribution, reference-implementations.md §3). Diverged runs are counted in `diverged`
 and their last finite metrics are kept out of the means, unless the experiment reports them
 (`last_finite=True`: RSW Table III prints "the last result preceding numerical instability").
 Metrics under test-image corruptions (metrics.json `corruption_metrics`, RSW Table IV) are
@@ -14,6 +16,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from dmlrepro.atomic import atomic_write_text
@@ -42,7 +45,7 @@ def sweep_points(aggregated: pd.DataFrame, key: str) -> pd.Series:
 
 def aggregate_runs(records: Iterable[Mapping[str, Any]], metrics: list[str], *,
                    last_finite: bool = False) -> pd.DataFrame:
-    """One row per (method, dataset, sweep point): `<metric>_mean`, `<metric>_std`, seeds, diverged.
+    """One row per (method, dataset, sweep point): `<metric>_mean`, `_std`, `_ci95`, seeds, diverged.
 
     Each record holds `method`, `dataset`, `sweep` (a mapping), `seed`, `result` (the run's
     metrics.json content: `status`, `metrics` and, where asked for, `proxy_metrics`) and
@@ -63,17 +66,29 @@ def aggregate_runs(records: Iterable[Mapping[str, Any]], metrics: list[str], *,
             row[metric] = float("nan") if value is None or hidden else float(value)
         rows.append(row)
     if not rows:  # an experiment without runs (a figure drawn from the config alone)
-        return pd.DataFrame(columns=[*keys, *(f"{m}_{s}" for m in metrics for s in ("mean", "std")),
+        return pd.DataFrame(columns=[*keys, *(f"{m}_{s}" for m in metrics for s in ("mean", "std", "ci95")),
                                      "seeds", "diverged"])
     frame = pd.DataFrame(rows)
     grouped = frame.groupby(keys, sort=False)
     table = grouped["seed"].count().rename("seeds").to_frame()
     if metrics:
-        stats = grouped[metrics].agg(["mean", "std"])
+        stats = grouped[metrics].agg(["mean", "std", "count"])
+        for metric in metrics:
+            stats[(metric, "ci95")] = ci95_half_width(stats[(metric, "std")], stats[(metric, "count")])
+        stats = stats.drop(columns=[(metric, "count") for metric in metrics])
         stats.columns = [f"{metric}_{stat}" for metric, stat in stats.columns]
         table = stats.assign(seeds=table["seeds"])
     table["diverged"] = grouped["diverged"].sum()
     return table.reset_index()
+
+
+def ci95_half_width(std, n):
+    """t(0.975, n − 1) · std / √n elementwise (NaN for n < 2): the half-width of a 95 % CI of a mean."""
+    from scipy.stats import t
+
+    n = np.asarray(n, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n >= 2, t.ppf(0.975, np.maximum(n - 1, 1)) * np.asarray(std, dtype=float) / np.sqrt(n), np.nan)
 
 
 #: the sweep key that numbers an MLRC experiment's fold runs (run config validation.fold)

@@ -5,6 +5,10 @@
 each σ the printed or measured sample std (a missing one counts as 0); Δ is *within* when
 |Δ| ≤ 2σ (about a 95 % band for a difference of two normal means). With no σ at all the verdict
 is left open. Runs on a stand-in dataset (reported.is_stand_in) get no Δ.
+
+MLRC tables print ± as a 95 % confidence interval of the mean over reproductions (Musgrave et al.
+2020): with `uncertainty="ci95"` ours is mean ± the same CI (aggregate.ci95_half_width) and Δ is
+within when |Δ| ≤ √(CI_paper² + CI_ours²), the half-width of a 95 % CI of the difference.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import pandas as pd
 from .reported import is_stand_in, paper_units
 
 WITHIN_SIGMAS = 2.0
+#: uncertainty -> (aggregated column suffix of ours, multiple of the combined uncertainty that is "within")
+UNCERTAINTIES = {"std": ("std", WITHIN_SIGMAS), "ci95": ("ci95", 1.0)}
 
 
 def _num(value: Any) -> float | None:
@@ -28,13 +34,14 @@ def _num(value: Any) -> float | None:
     return None if math.isnan(value) else value
 
 
-def verdict(paper: float | None, paper_std: float | None, ours: float | None, ours_std: float | None):
-    """(Δ, σ, within) for one cell; None where it cannot be said."""
+def verdict(paper: float | None, paper_std: float | None, ours: float | None, ours_std: float | None,
+            within: float = WITHIN_SIGMAS):
+    """(Δ, σ, within) for one cell; None where it cannot be said. `within`: |Δ| ≤ within · σ."""
     if paper is None or ours is None:
         return None, None, None
     delta = ours - paper
     sigma = math.hypot(paper_std or 0.0, ours_std or 0.0)
-    return delta, (sigma or None), (abs(delta) <= WITHIN_SIGMAS * sigma if sigma else None)
+    return delta, (sigma or None), (abs(delta) <= within * sigma if sigma else None)
 
 
 def row_label(method: str, sweep: str) -> str:
@@ -42,11 +49,16 @@ def row_label(method: str, sweep: str) -> str:
 
 
 def comparison_table(aggregated: pd.DataFrame, reported: pd.DataFrame | None, metrics: Sequence[str],
-                     methods: Mapping[str, str], datasets: Mapping[str, str], expected_seeds: int) -> dict:
+                     methods: Mapping[str, str], datasets: Mapping[str, str], expected_seeds: int,
+                     uncertainty: str = "std") -> dict:
     """The table as plain data (JSON-able) for the HTML template.
 
     `methods` / `datasets` map our names to the printed ones (our names without an entry are
-    shown as they are); `reported` may be None (no published table)."""
+    shown as they are); `reported` may be None (no published table). `uncertainty`: what ± means
+    (UNCERTAINTIES: "std" over seeds, or "ci95" of the mean, the MLRC tables' convention)."""
+    if uncertainty not in UNCERTAINTIES:
+        raise ValueError(f"uncertainty {uncertainty!r}: expected one of {sorted(UNCERTAINTIES)}")
+    suffix, within_factor = UNCERTAINTIES[uncertainty]
     aggregated = aggregated.assign(sweep=aggregated["sweep"].astype(object).where(aggregated["sweep"].notna(), ""))
     if len(aggregated):
         our_datasets = list(dict.fromkeys(aggregated["dataset"]))
@@ -78,16 +90,16 @@ def comparison_table(aggregated: pd.DataFrame, reported: pd.DataFrame | None, me
                 continue
             metric = column["metric"]
             ours = _num(record.get(f"{metric}_mean"))
-            ours_std = _num(record.get(f"{metric}_std"))
+            ours_std = _num(record.get(f"{metric}_{suffix}"))
             ours, ours_std = (None if v is None else paper_units(metric, v) for v in (ours, ours_std))
             delta = sigma = within = None
             if not column["stand_in"]:
-                delta, sigma, within = verdict(cell["paper"], cell["paper_std"], ours, ours_std)
+                delta, sigma, within = verdict(cell["paper"], cell["paper_std"], ours, ours_std, within_factor)
             cells.append({**cell, "ours": ours, "ours_std": ours_std, "delta": delta, "sigma": sigma, "within": within})
         rows = _merge_row(rows, {
             "label": row_label(printed or record["method"], record["sweep"]), "source": "ours",
             "status": _status(record, expected_seeds), "cells": cells})
-    return {"columns": columns, "rows": rows, "within_sigmas": WITHIN_SIGMAS}
+    return {"columns": columns, "rows": rows, "within_sigmas": within_factor, "uncertainty": uncertainty}
 
 
 def _paper_cell(found) -> dict:

@@ -329,3 +329,26 @@ def projection_geometry_figure(panels: Sequence[dict], path: str | os.PathLike, 
         ax.set_xticks([])
         ax.set_yticks([])
     _save(fig, path)
+
+
+def search_surface_figure(surface, path: str | os.PathLike, *, x_label: str, y_label: str, title: str = "",
+                          value_label: str = "validation MAP@R") -> None:
+    """A Bayesian search's GP posterior mean over two searched keys (tuning.posterior_surface), the
+    trials as points and the best one starred, as ASAP Fig. 2 ("Gaussian Process Regression to
+    Parameter Space"). A value 0 on a log axis sits at the surface's x_zero / y_zero (marked)."""
+    fig, ax = plt.subplots(figsize=(5.6, 4.0))
+    shown = ax.contourf(surface.X, surface.Y, surface.mean, levels=20, cmap="viridis")
+    fig.colorbar(shown, ax=ax, label=f"GP posterior mean of the {value_label}")
+    ax.scatter(surface.x_obs, surface.y_obs, c="white", edgecolors="black", s=22, label="trials")
+    best = int(np.argmax(surface.values))
+    ax.scatter([surface.x_obs[best]], [surface.y_obs[best]], marker="*", c="red", s=160, edgecolors="black",
+               label=f"best ({surface.values[best]:.3g})")
+    for zero, line in ((surface.x_zero, ax.axvline), (surface.y_zero, ax.axhline)):
+        if zero is not None:
+            line(zero, color="white", ls=":", lw=1)
+    ax.set_xlabel(x_label + (" (dotted: 0)" if surface.x_zero is not None else ""))
+    ax.set_ylabel(y_label + (" (dotted: 0)" if surface.y_zero is not None else ""))
+    ax.legend(fontsize=7, loc="best")
+    if title:
+        ax.set_title(title, fontsize=9)
+    _save(fig, path)

@@ -16,6 +16,8 @@ kinds
   projection_steps  histogram of ASAP's steps per projection from the runs' validation logs (ASAP Fig. 4b)
   projections  validation geometry at each ASAP projection's solution: t-SNE, MAP@R, covering radius,
              inter-class distance (ASAP Fig. 7; runs with asap.save_val_embeddings)
+  search_surface  a Bayesian search's GP posterior over two searched keys with its trials, and the
+             best point beside the paper's choice (ASAP Fig. 2; experiments with `search:`)
 """
 
 from __future__ import annotations
@@ -36,16 +38,19 @@ from .compare import comparison_table
 from .reported import load_reported
 
 KINDS = ("table", "sweep", "timing", "hparams", "retrieval", "tsne", "toy_field", "curves", "heatmap", "landscape",
-         "embedding_2d", "projection_steps", "projections")
+         "embedding_2d", "projection_steps", "projections", "search_surface")
 SECTION_FILE = "section.json"
 
 
 def build_section(name: str, experiment: Mapping[str, Any], aggregated: pd.DataFrame, runs: Sequence[Mapping],
-                  outdir: str | os.PathLike, *, reported_dir: str | os.PathLike, method_configs: Mapping) -> dict:
+                  outdir: str | os.PathLike, *, reported_dir: str | os.PathLike, method_configs: Mapping,
+                  searches: Sequence[Mapping] = ()) -> dict:
     """Write `outdir/section.json` (and its figures) for experiment `name`; return the section.
 
     `runs`: the experiment's runs in declared order, each with `run_id`, `method`, `dataset`, `seed`,
-    `config` (resolved) and `dir` (the run folder). `method_configs`: config.methods, for the toy."""
+    `config` (resolved) and `dir` (the run folder). `method_configs`: config.methods, for the toy.
+    `searches`: an experiment with `search:` has searches instead of runs (`run_id`, `method`,
+    `dataset`, `seed`, `dir` = the search folder of dmlrepro.tuning)."""
     spec = experiment.get("report") or {}
     kind = spec.get("kind", "table")
     if kind not in KINDS:
@@ -66,7 +71,8 @@ def build_section(name: str, experiment: Mapping[str, Any], aggregated: pd.DataF
     seeds = len(experiment.get("seeds", [0]))
     metrics = list(experiment.get("metrics") or [])
     if kind in ("table", "sweep", "timing", "curves", "heatmap"):
-        section["table"] = comparison_table(aggregated, reported, metrics, methods, datasets, seeds)
+        section["table"] = comparison_table(aggregated, reported, metrics, methods, datasets, seeds,
+                                            spec.get("uncertainty", "ci95" if spec.get("mlrc") else "std"))
     if kind == "sweep":
         for metric in spec.get("plot_metrics", metrics[:1]):
             file = f"{name}_{metric.replace('@', '_at_')}.png"
@@ -159,8 +165,45 @@ def build_section(name: str, experiment: Mapping[str, Any], aggregated: pd.DataF
                                        f"projection's solution θ*, {methods.get(run['method'], run['method'])} "
                                        f"(run {run['run_id']}); radius and distances in the embedding space"})
             section["geometry"] = section.get("geometry", []) + rows
+    elif kind == "search_surface":
+        section["hparams"] = _search_surfaces(name, experiment, searches, outdir, section, reported, methods, datasets)
     write_json_atomic(outdir / SECTION_FILE, section)
     return section
+
+
+def _search_surfaces(name: str, experiment: Mapping, searches: Sequence[Mapping], outdir: Path, section: dict,
+                     reported: pd.DataFrame | None, methods: Mapping, datasets: Mapping) -> list[dict]:
+    """One GP-posterior figure per search (report.x, report.y: two searched keys) and its best point
+    beside the paper's choice (report.paper_best: searched key -> reported metric name)."""
+    from dmlrepro.tuning import load_trials, posterior_surface
+
+    spec, search = experiment["report"], experiment["search"]
+    x, y = spec["x"], spec["y"]
+    rows = []
+    for found in searches:
+        trials = load_trials(found["dir"])
+        label = f"{methods.get(found['method'], found['method'])}, {datasets.get(found['dataset'], found['dataset'])}"
+        complete = trials[trials["state"] == "COMPLETE"]
+        if len(complete) >= 2:
+            surface = posterior_surface(complete, x, y, log_x=bool(spec.get("log_x")), log_y=bool(spec.get("log_y")),
+                                        space=search["space"])
+            file = f"{name}_{found['method']}_{found['dataset']}.png"
+            figures.search_surface_figure(surface, outdir / file, x_label=spec.get("x_label", x),
+                                          y_label=spec.get("y_label", y), title=label)
+            section["figures"].append({"file": file, "caption": f"{label}: GP posterior mean of the validation "
+                                       f"objective over {spec.get('x_label', x)} × {spec.get('y_label', y)}, "
+                                       f"{len(complete)} trials (search {found['run_id']})"})
+        best = complete.loc[complete["value"].idxmax()] if len(complete) else None
+        paper = {} if reported is None else {r.metric: r.value_text for r in reported.itertuples()}
+        for key in search["space"]:
+            metric = (spec.get("paper_best") or {}).get(key)
+            rows.append({"run": found["run_id"], "hyperparameter": key, "key": key,
+                         "paper": paper.get(metric) if metric else None,
+                         "ours": "–" if best is None else f"{best[key]:g}"})
+        if best is not None:
+            rows.append({"run": found["run_id"], "hyperparameter": "validation objective (best trial)",
+                         "key": "value", "paper": None, "ours": f"{best['value']:.4g} ({len(complete)} trials)"})
+    return rows
 
 
 def projection_steps(runs: Sequence[Mapping]) -> list[dict]:

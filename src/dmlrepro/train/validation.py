@@ -75,18 +75,22 @@ class Validation:
             fields = t.projections.on_evaluation(decision, val)
             if fields is not None:
                 self.schedule.record_alternation(epoch=epoch, **fields)
-                if cfg["asap"]["save_val_embeddings"]:
-                    self._save_val_embeddings(decision.projection - 1, t.projections.best_val or val)
-        if decision.stop and cfg["asap"]["enabled"] and cfg["asap"]["save_val_embeddings"]:
-            self._save_val_embeddings(decision.projection, t.projections.best_val or {
-                "embeddings": emb, "labels": labels, "rows": rows})
+                self._projection_ended(decision.projection - 1, val)
+            if decision.stop:
+                self._projection_ended(decision.projection, val)
         return metrics
 
-    def _save_val_embeddings(self, projection: int, val: dict[str, np.ndarray]) -> None:
-        """The validation embeddings at the projection's solution θ* (ASAP Fig. 7)."""
+    def _projection_ended(self, projection: int, current: dict[str, np.ndarray] | None) -> None:
+        """With asap.save_val_embeddings: the validation embeddings at the solution θ* of the projection
+        that just ended (an alternation, the early stop or the epoch cap), ASAP Fig. 7; `current` (this
+        evaluation's) stands in when the projection recorded no best."""
+        t = self.t
+        val = t.projections.best_val or current if t.projections is not None else None
+        if val is None or not t.cfg["asap"]["save_val_embeddings"]:
+            return
         from dmlrepro.evaluation import save_embeddings
 
-        folder = self.t.outdir / VAL_EMBEDDINGS_DIR
+        folder = t.outdir / VAL_EMBEDDINGS_DIR
         folder.mkdir(exist_ok=True)
         save_embeddings(folder / f"projection-{projection}_val.npz", val["embeddings"], val["labels"], val["rows"],
                         split="validation", meta={"projection": projection})
@@ -98,9 +102,7 @@ class Validation:
         """Close the open projection when the epoch cap ends the run before early stopping (and save
         its validation embeddings, as an early stop does)."""
         self.schedule.finish(self.t.pos["global_step"], "max_epochs")
-        t = self.t
-        if t.projections is not None and t.cfg["asap"]["save_val_embeddings"] and t.projections.best_val is not None:
-            self._save_val_embeddings(self.schedule.projection, t.projections.best_val)
+        self._projection_ended(self.schedule.projection, None)
         self.write_log()
 
     def summary(self) -> dict[str, Any]:

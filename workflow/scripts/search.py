@@ -1,0 +1,16 @@
+"""Plumbing for rule search: a base run config and an experiment's `search:` block ->
+dmlrepro.tuning.run_search into the search's folder (trials.csv, best.json, study.db, trials/)."""
+
+from pathlib import Path
+
+from dmlrepro.runs import deep_merge
+from dmlrepro.steplog import log_to
+from dmlrepro.tuning import run_search
+
+# as rule train: the prepared data under DATA, torch on the job's threads
+runtime = {"dataset": {"root": snakemake.params.data_root, "prepare": True}, "threads": snakemake.threads}
+spec = snakemake.params.search
+with log_to(snakemake.log[0]):
+    run_search(deep_merge(snakemake.params.config, runtime), spec["space"], Path(snakemake.output.trials).parent,
+               trials=spec["trials"], folds=spec.get("folds"), seed=spec.get("seed", 0),
+               sampler=spec.get("sampler", "gp"), startup_trials=spec.get("startup_trials", 10), progress=False)
