@@ -25,11 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dmlrepro.train.config import resolve_run_config, without_late_defaults
+from dmlrepro.train.config import RUNTIME_KEYS, resolve_run_config, without_late_defaults
 
 # (section, key) pairs that do not change a run's numbers: left out of its identity
-LOCATION_KEYS = (("dataset", "root"), ("dataset", "prepare"), ("model", "weights_cache_dir"),
-                 (None, "device"), (None, "num_workers"), (None, "threads"))
+LOCATION_KEYS = RUNTIME_KEYS
 HASH_LENGTH = 10
 
 

@@ -46,6 +46,39 @@ def test_items_match_files(tiny):
         assert idx == i
 
 
+def test_cache_images_reads_each_file_once_and_survives_in_place_transforms(tiny, monkeypatch):
+    import dmlrepro.data.dataset as dataset_module
+
+    path, arrays = tiny
+    reads = []
+    real = dataset_module.load_image
+    monkeypatch.setattr(dataset_module, "load_image", lambda p: reads.append(p) or real(p))
+
+    def scribble(img):  # an in-place transform: must not reach the cache
+        img.zero_()
+        return img
+
+    cached = ManifestDataset(path, transform=scribble, cache_images=True)
+    for _ in range(3):
+        assert all(int(cached[i][0].sum()) == 0 for i in range(len(cached)))
+    assert len(reads) == 13                                   # each file decoded once in 3 passes
+    plain = ManifestDataset(path, cache_images=True)
+    for i in range(len(plain)):
+        assert np.array_equal(plain[i][0].permute(1, 2, 0).numpy(), arrays[i])
+        assert np.array_equal(plain[i][0].permute(1, 2, 0).numpy(), arrays[i])   # cached copy, same pixels
+    reads.clear()
+    uncached = ManifestDataset(path)
+    uncached[0], uncached[0]
+    assert len(reads) == 2
+
+
+def test_cache_images_is_not_part_of_a_run_id():
+    from dmlrepro.runs import config_hash
+    from dmlrepro.train import resolve_run_config
+
+    assert config_hash(resolve_run_config({"dataset": {"cache_images": True}})) == config_hash(resolve_run_config({}))
+
+
 def test_split_subset_transform_pickle_workers(tiny):
     path, _ = tiny
     ds = ManifestDataset(path, split="test", transform=build_transform(False, 8, resize=8))

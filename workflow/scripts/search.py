@@ -8,7 +8,8 @@ from dmlrepro.steplog import log_to
 from dmlrepro.tuning import run_search
 
 # as rule train: the prepared data under DATA, torch on the job's threads
-runtime = {"dataset": {"root": snakemake.params.data_root, "prepare": True}, "threads": snakemake.threads}
+runtime = {"dataset": {"root": snakemake.params.data_root, "prepare": True,
+                       "cache_images": snakemake.config.get("cache_images", False)}, "threads": snakemake.threads}
 spec = snakemake.params.search
 with log_to(snakemake.log[0]):
     run_search(deep_merge(snakemake.params.config, runtime), spec["space"], Path(snakemake.output.trials).parent,

@@ -56,6 +56,10 @@ class ManifestDataset(Dataset):
         transform: callable applied to the uint8 image tensor.
         label_override: path of a noisy-label file (``label_noise.write_noisy_labels``); rows
             listed there get their ``noisy_label``; the true labels stay in ``true_labels``.
+        cache_images: keep each decoded image in memory after its first read (per process, so per
+            DataLoader worker): for datasets small enough to hold, where reading and decoding every
+            image every epoch costs more than the model (the embedded default's 32 px images). The
+            transform gets a copy, so an in-place transform cannot alter the cache.
     """
 
     def __init__(
@@ -65,6 +69,7 @@ class ManifestDataset(Dataset):
         indices: Sequence[int] | None = None,
         transform: Callable | None = None,
         label_override: str | os.PathLike | None = None,
+        cache_images: bool = False,
     ):
         m = manifest if isinstance(manifest, Manifest) else read_manifest(manifest)
         if indices is not None:
@@ -88,12 +93,18 @@ class ManifestDataset(Dataset):
                 if p in noisy:
                     self.labels[j] = noisy[p]
         self.transform = transform
+        self._cache: dict[int, torch.Tensor] | None = {} if cache_images else None
 
     def __len__(self) -> int:
         return len(self.paths)
 
     def __getitem__(self, i: int):
-        img = load_image(os.path.join(self.root, self.paths[i]))
+        if self._cache is None:
+            img = load_image(os.path.join(self.root, self.paths[i]))
+        else:
+            if i not in self._cache:
+                self._cache[i] = load_image(os.path.join(self.root, self.paths[i]))
+            img = self._cache[i].clone()
         if self.transform is not None:
             img = self.transform(img)
         return img, int(self.labels[i]), int(i)

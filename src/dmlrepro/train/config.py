@@ -73,6 +73,7 @@ DEFAULTS: dict[str, Any] = {
         "eval_batch_size": 256,
         "label_noise_file": None,  # a noisy-label CSV (dmlrepro.data.write_noisy_labels) ...
         "label_noise": None,  # ... or {rate, seed, mode}: PFML Table 2's seeded corruption of the train labels
+        "cache_images": False,  # keep each decoded image in memory after its first read (small datasets; speed only)
     },
     "model": {
         "backbone": "tiny_cnn",
@@ -169,10 +170,10 @@ LOSS_HPARAM_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 #: (section, key) pairs that say where or how fast a run runs, not what it computes: a resumed
-#: run may differ in them (the same list as ``dmlrepro.runs.LOCATION_KEYS``, which leaves them
-#: out of the run id). Changing ``threads`` or ``device`` can change float rounding, so
-#: bit-identity after a resume holds only when they stay the same.
-RUNTIME_KEYS = (("dataset", "root"), ("dataset", "prepare"), ("model", "weights_cache_dir"),
+#: run may differ in them, and ``dmlrepro.runs`` leaves them out of the run id. Changing
+#: ``threads`` or ``device`` can change float rounding, so bit-identity after a resume holds only
+#: when they stay the same.
+RUNTIME_KEYS = (("dataset", "root"), ("dataset", "prepare"), ("dataset", "cache_images"), ("model", "weights_cache_dir"),
                 (None, "device"), (None, "num_workers"), (None, "threads"))
 
 
@@ -181,6 +182,7 @@ RUNTIME_KEYS = (("dataset", "root"), ("dataset", "prepare"), ("model", "weights_
 #: of the workflow's run configs, so adding them changed no existing run id and retrained nothing.
 LATE_DEFAULTS: dict[tuple[str | None, str], Any] = {
     ("eval", "proxy_metrics_per_epoch"): False,
+    ("dataset", "cache_images"): False,
     ("eval", "corruptions"): [],
     (None, "validation"): DEFAULTS["validation"],
     (None, "asap"): DEFAULTS["asap"],
@@ -340,6 +342,7 @@ def resolve_run_config(partial: Mapping[str, Any] | None) -> dict:
     if d["hflip"] > 1:
         raise _err("dataset.hflip", d["hflip"], "a probability in [0, 1]")
     _choice(cfg, "dataset.normalization", ("auto", "imagenet", "bninception", "half", "none"))
+    _bool(cfg, "dataset.cache_images")
     _choice(cfg, "dataset.sampler", SAMPLERS)
     _num(cfg, "dataset.m", lo=1, integer=True)
     _num(cfg, "dataset.batch_size", lo=1, integer=True)

@@ -131,8 +131,9 @@ def build_datasets(dcfg: dict[str, Any], manifest, model, vcfg: dict[str, Any] |
     train_tf, test_tf = build_transforms(dcfg, model)
     rows = validation_rows(vcfg, manifest)
     train = ManifestDataset(manifest, split=dcfg["train_split"], indices=None if rows is None else rows[0],
-                            transform=train_tf, label_override=noisy_labels(dcfg, manifest))
-    test = ManifestDataset(manifest, split=dcfg["test_split"], transform=test_tf)
+                            transform=train_tf, label_override=noisy_labels(dcfg, manifest),
+                            cache_images=dcfg.get("cache_images", False))
+    test = ManifestDataset(manifest, split=dcfg["test_split"], transform=test_tf, cache_images=dcfg.get("cache_images", False))
     return train, test, LabelMap(train.labels)
 
 
@@ -140,7 +141,8 @@ def build_validation(dcfg: dict[str, Any], vcfg: dict[str, Any], manifest, model
     """The validation classes of the training split with the eval transform (true labels)."""
     from dmlrepro.data import ManifestDataset
 
-    return ManifestDataset(manifest, indices=validation_rows(vcfg, manifest)[1], transform=build_transforms(dcfg, model)[1])
+    return ManifestDataset(manifest, indices=validation_rows(vcfg, manifest)[1], transform=build_transforms(dcfg, model)[1],
+                           cache_images=dcfg.get("cache_images", False))
 
 
 def build_gallery(dcfg: dict[str, Any], manifest, model):
@@ -156,7 +158,8 @@ def build_train_eval(dcfg: dict[str, Any], manifest, model, rows=None):
     """The training split (or its `rows`) with the eval transform (no augmentation), for proxy–data measures."""
     from dmlrepro.data import ManifestDataset
 
-    return ManifestDataset(manifest, split=dcfg["train_split"], indices=rows, transform=build_transforms(dcfg, model)[1])
+    return ManifestDataset(manifest, split=dcfg["train_split"], indices=rows, transform=build_transforms(dcfg, model)[1],
+                           cache_images=dcfg.get("cache_images", False))
 
 
 def build_test_corrupted(dcfg: dict[str, Any], manifest, model, corruption):
