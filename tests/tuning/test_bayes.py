@@ -306,6 +306,10 @@ def test_another_search_in_the_same_folder_is_refused(fake, tmp_path):
     with pytest.raises(SearchError, match="another search.*folds"):
         run_search(BASE, SPACE, tmp_path, trials=3, folds=[0, 1], seed=0)
     assert len(load_trials(tmp_path)) == 2
+    # where the data lives, threads and image caching are not the search: it resumes
+    moved = {**BASE, "dataset": {**BASE["dataset"], "root": "/elsewhere", "cache_images": True}, "threads": 2}
+    run_search(moved, SPACE, tmp_path, trials=3, folds=[0], seed=0)
+    assert len(load_trials(tmp_path)) == 3
 
 
 def test_a_running_search_locks_its_folder(fake, tmp_path):
