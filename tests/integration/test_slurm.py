@@ -115,14 +115,20 @@ def test_training_jobs_go_through_sbatch_with_a_gpu(tiny_on_slurm):
     workdir = tiny_on_slurm["workdir"]
     jobs = slurm_jobs(workdir)
     runs = sorted(p.name for p in (workdir / "results/runs").iterdir())
+    searches = sorted(p.name for p in (workdir / "results/search").iterdir())
     comments = sorted(job.get("Comment", "") for job in jobs)
-    # one sbatch per run; everything else (prepare_dataset, label_noise, aggregate, report) is a local rule
-    assert comments == sorted(f"rule_train_wildcards_{run}" for run in runs), comments
-    assert tiny_on_slurm["plan"]["train"] == len(runs)
+    # one sbatch per run and per search; everything else (prepare_dataset, label_noise, aggregate,
+    # report) is a local rule
+    assert comments == sorted([f"rule_train_wildcards_{run}" for run in runs] +
+                              [f"rule_search_wildcards_{search}" for search in searches]), comments
+    assert tiny_on_slurm["plan"]["train"] == len(runs) and tiny_on_slurm["plan"]["search"] == len(searches) == 1
+    trials = yaml.safe_load(tiny_on_slurm["config"].read_text())["experiments"]["search"]["search"]["trials"]
     for job in jobs:
         assert job["JobState"] == "COMPLETED", job["raw"]
         assert re.search(r"gres[:/]gpu[:=]1\b", job["raw"]), f"no GPU request: {job['raw']}"
-        assert job["TimeLimit"] == "00:05:00", job["raw"]  # resources.train.default.runtime
+        # resources.train.default.runtime; a search asks for it once per trial (its trials run one after another)
+        minutes = 5 * (trials if job["Comment"].startswith("rule_search") else 1)
+        assert job["TimeLimit"] == f"00:{minutes:02d}:00", job["raw"]
         assert "mem=1200M" in job["raw"], job["raw"]  # resources.train.synthetic.mem_mb over the default
 
 
@@ -130,13 +136,17 @@ def test_every_output_is_complete(tiny_on_slurm):
     workdir, plan = tiny_on_slurm["workdir"], tiny_on_slurm["plan"]
     experiments = yaml.safe_load(tiny_on_slurm["config"].read_text())["experiments"]
     for name, experiment in experiments.items():
-        if not experiment.get("datasets", True):  # an experiment without runs has no table to check
+        # without runs (no datasets, a search, an opt-in left out): no table rows to check
+        if not experiment.get("datasets", True) or "search" in experiment or experiment.get("opt_in"):
             continue
         with open(workdir / f"results/experiments/{name}.csv") as handle:
             rows = list(csv.DictReader(handle))
         assert rows, f"results/experiments/{name}.csv is empty"
     for run in (workdir / "results/runs").iterdir():
         assert json.loads((run / "metrics.json").read_text())["status"] == "completed"
+    for search in (workdir / "results/search").iterdir():
+        assert json.loads((search / "best.json").read_text())["n_trials"] == 3
+    assert not (workdir / "results/experiments/costly.csv").exists()   # opt-in, not chosen
     if "report" in plan:
         assert (workdir / "results/report/index.html").stat().st_size > 0
 
