@@ -47,6 +47,13 @@ class Run:
     position: dict[str, int] = field(default_factory=dict)  # experiment -> place in its declared order
 
 
+def job_runtime(data_root: str, threads: int, cache_images: bool = False) -> dict:
+    """What a workflow job (rule train, rule search) adds to its run config: the prepared data under
+    `data_root` (rule prepare_dataset made it, so the engine's prepare step only finds it), image
+    caching and torch's threads; all RUNTIME_KEYS, none part of a run's identity."""
+    return {"dataset": {"root": data_root, "prepare": True, "cache_images": cache_images}, "threads": threads}
+
+
 def deep_merge(base: Mapping, override: Mapping) -> dict:
     """A copy of `base` with `override` merged in (mappings recursively, everything else replaced)."""
     merged = copy.deepcopy(dict(base))

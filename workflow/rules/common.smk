@@ -44,9 +44,13 @@ def search_spec(wildcards):
     return canonical(config["experiments"][experiment]["search"])
 
 
+def job_run(wildcards):
+    """The run a train job trains, or the base run of a search job."""
+    return search_of(wildcards) if hasattr(wildcards, "search") else run_of(wildcards)
+
+
 def dataset_of(wildcards):
-    table = SEARCHES if hasattr(wildcards, "search") else RUNS
-    return table[getattr(wildcards, "search", None) or wildcards.run].config["dataset"]
+    return job_run(wildcards).config["dataset"]
 
 
 def run_inputs(wildcards):
@@ -127,10 +131,20 @@ def section_runs(wildcards):
     ]
 
 
-def experiment_mlrc(wildcards):
-    """Whether the experiment's runs are MLRC fold runs (report.mlrc: swept over validation.fold)."""
-    spec = config["experiments"][wildcards.experiment].get("report") or {}
-    return bool(spec.get("mlrc", False))
+def report_flag(key):
+    """Input function: the experiment's boolean `report.<key>` (false when unset)."""
+
+    def flag(wildcards):
+        spec = config["experiments"][wildcards.experiment].get("report") or {}
+        return bool(spec.get(key, False))
+
+    return flag
+
+
+# the runs are MLRC fold runs (report.mlrc: swept over validation.fold)
+experiment_mlrc = report_flag("mlrc")
+# the table shows a diverged run's last finite evaluation (RSW Table III)
+experiment_last_finite = report_flag("last_finite")
 
 
 def experiment_records(wildcards):
@@ -144,12 +158,6 @@ def experiment_records(wildcards):
         )
         for run in experiment_runs(RUNS, wildcards.experiment)
     ]
-
-
-def experiment_last_finite(wildcards):
-    """Whether the experiment's table shows a diverged run's last finite evaluation (RSW Table III)."""
-    spec = config["experiments"][wildcards.experiment].get("report") or {}
-    return bool(spec.get("last_finite", False))
 
 
 REPORTED = f"{workflow.basedir}/config/reported"
@@ -193,17 +201,12 @@ def train_resource(name):
         )
 
     def resource(wildcards):
-        dataset = (
-            SEARCHES[wildcards.search]
-            if hasattr(wildcards, "search")
-            else RUNS[wildcards.run]
-        ).dataset
+        run = job_run(wildcards)
         merged = {"runtime": 60, "mem_mb": 4000, "gpu": 0}
         merged.update(requests.get("default") or {})
-        merged.update(requests.get(dataset) or {})
-        if hasattr(
-            wildcards, "search"
-        ):  # a search trains trials x folds runs one after the other
+        merged.update(requests.get(run.dataset) or {})
+        # a search trains trials x folds runs one after the other
+        if run.run_id in SEARCHES:
             spec = search_spec(wildcards)
             merged["runtime"] *= spec["trials"] * len(spec.get("folds") or [None])
         if name != "slurm_extra":
@@ -213,7 +216,7 @@ def train_resource(name):
         warning = merged.get("warning", min(300, merged["runtime"] * 15))
         if warning >= merged["runtime"] * 60:
             raise ValueError(
-                f"config resources.train ({dataset}): warning = {warning} s: expected less than "
+                f"config resources.train ({run.dataset}): warning = {warning} s: expected less than "
                 f"runtime = {merged['runtime']} min"
             )
         return f"--signal=TERM@{warning}" if warning else ""

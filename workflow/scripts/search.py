@@ -3,13 +3,11 @@ dmlrepro.tuning.run_search into the search's folder (trials.csv, best.json, stud
 
 from pathlib import Path
 
-from dmlrepro.runs import deep_merge
+from dmlrepro.runs import deep_merge, job_runtime
 from dmlrepro.steplog import log_to
 from dmlrepro.tuning import run_search
 
-# as rule train: the prepared data under DATA, torch on the job's threads
-runtime = {"dataset": {"root": snakemake.params.data_root, "prepare": True,
-                       "cache_images": snakemake.config.get("cache_images", False)}, "threads": snakemake.threads}
+runtime = job_runtime(snakemake.params.data_root, snakemake.threads, snakemake.config.get("cache_images", False))
 spec = snakemake.params.search
 with log_to(snakemake.log[0]):
     run_search(deep_merge(snakemake.params.config, runtime), spec["space"], Path(snakemake.output.trials).parent,

@@ -93,7 +93,6 @@ def ci95_half_width(std, n):
 
 #: the sweep key that numbers an MLRC experiment's fold runs (run config validation.fold)
 MLRC_FOLD_KEY = "validation.fold"
-MLRC_BLOCKS = ("concatenated", "separated")
 
 
 def mlrc_records(records: Iterable[Mapping[str, Any]], fold_key: str = MLRC_FOLD_KEY) -> list[dict[str, Any]]:

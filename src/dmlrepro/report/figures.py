@@ -77,16 +77,21 @@ def retrieval_grid(queries: Sequence[dict], path: str | os.PathLike, title: str 
     _save(fig, path)
 
 
+def tsne_2d(points: np.ndarray, seed: int) -> np.ndarray:
+    """2-D t-SNE (scikit-learn, PCA init, fixed seed; perplexity 30, or (n − 1) / 3 for few points)."""
+    from sklearn.manifold import TSNE
+
+    return TSNE(n_components=2, init="pca", random_state=seed,
+                perplexity=min(30.0, max(2.0, (len(points) - 1) / 3))).fit_transform(points)
+
+
 def tsne_figure(embeddings: np.ndarray, labels: np.ndarray, path: str | os.PathLike, *, seed: int = 0,
                 max_points: int = 2000, title: str = "") -> None:
     """A t-SNE (scikit-learn, fixed seed) of at most `max_points` embeddings (a seeded subset),
     coloured by class."""
-    from sklearn.manifold import TSNE
-
     rng = np.random.default_rng(seed)
     keep = np.sort(rng.permutation(len(labels))[:max_points])
-    points = TSNE(n_components=2, init="pca", random_state=seed,
-                  perplexity=min(30.0, max(2.0, (len(keep) - 1) / 3))).fit_transform(embeddings[keep])
+    points = tsne_2d(embeddings[keep], seed)
     fig, ax = plt.subplots(figsize=(5, 5))
     ax.scatter(points[:, 0], points[:, 1], c=labels[keep], cmap="tab20", s=6)
     ax.set_xticks([]), ax.set_yticks([])
@@ -315,13 +320,9 @@ def histogram_figure(values: Sequence[float], path: str | os.PathLike, *, x_labe
 def projection_geometry_figure(panels: Sequence[dict], path: str | os.PathLike, *, seed: int = 0) -> None:
     """ASAP Fig. 7: per panel (`title`, `embeddings`, `labels`, `annotation`) a 2-D t-SNE of the
     validation embeddings, coloured by class, annotated with its numbers."""
-    from sklearn.manifold import TSNE
-
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.4), squeeze=False)
     for ax, panel in zip(axes[0], panels):
-        emb = np.asarray(panel["embeddings"], dtype=np.float32)
-        xy = TSNE(n_components=2, perplexity=min(30.0, max(2.0, (len(emb) - 1) / 3)), random_state=seed,
-                  init="pca").fit_transform(emb)
+        xy = tsne_2d(np.asarray(panel["embeddings"], dtype=np.float32), seed)
         ax.scatter(xy[:, 0], xy[:, 1], c=np.asarray(panel["labels"]) % 20, cmap="tab20", s=5)
         ax.set_title(panel["title"], fontsize=9)
         ax.text(0.02, 0.02, panel["annotation"], transform=ax.transAxes, fontsize=8, va="bottom",

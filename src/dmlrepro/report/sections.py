@@ -179,6 +179,7 @@ def _search_surfaces(name: str, experiment: Mapping, searches: Sequence[Mapping]
 
     spec, search = experiment["report"], experiment["search"]
     x, y = spec["x"], spec["y"]
+    paper = {} if reported is None else {r.metric: r.value_text for r in reported.itertuples()}
     rows = []
     for found in searches:
         trials = load_trials(found["dir"])
@@ -194,7 +195,6 @@ def _search_surfaces(name: str, experiment: Mapping, searches: Sequence[Mapping]
                                        f"objective over {spec.get('x_label', x)} × {spec.get('y_label', y)}, "
                                        f"{len(complete)} trials (search {found['run_id']})"})
         best = complete.loc[complete["value"].idxmax()] if len(complete) else None
-        paper = {} if reported is None else {r.metric: r.value_text for r in reported.itertuples()}
         for key in search["space"]:
             metric = (spec.get("paper_best") or {}).get(key)
             rows.append({"run": found["run_id"], "hyperparameter": key, "key": key,
