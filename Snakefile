@@ -23,6 +23,7 @@ localrules:
     prepare_dataset,
     label_noise,
     aggregate,
+    final_epochs,
     report_section,
     report,
 

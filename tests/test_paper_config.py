@@ -77,6 +77,10 @@ COUNTS = {
     "rsw_table6_reality_check_cub": (0, 0),
     "rsw_table7_reality_check_cars": (0, 0),
     "rsw_table8_reality_check_sop": (0, 0),
+    # opt-in: the reality check's searches and final stages (test_rsw_reality_check_is_opt_in_search_then_final)
+    "rsw_reality_cub": (0, 0),
+    "rsw_reality_cars": (0, 0),
+    "rsw_reality_sop": (0, 0),
     # ASAP (spec §6 PT-1: 13 methods x 4 datasets x 4 folds = 208; Tables 2-3 are Table 1's runs)
     "asap_table1": (208, 208),
     "asap_table2": (104, 0),
@@ -463,7 +467,10 @@ def test_asap_per_dataset_values_match_dmlrepro_asap_settings(runs):
         elif run.method in SOFT_TRIPLE:
             la, gamma, margin = SOFT_TRIPLE_PARAMS[run.dataset]
             k = SOFT_TRIPLE[run.method][run.dataset]
-            assert cfg["loss"]["hparams"] == pytest.approx(dict(centers_per_class=k, la=la, gamma=gamma, margin=margin))
+            # τ (the centre regulariser, spec §2.6) only where there is more than one centre per class
+            tau = {"tau": {"cub200": 0.2, "cars196": 0.0669, "inshop": 0.2, "sop": 0.2}[run.dataset]} if k > 1 else {}
+            assert cfg["loss"]["hparams"] == pytest.approx(dict(centers_per_class=k, la=la, gamma=gamma, margin=margin,
+                                                                **tau))
             checked += 1
         elif run.method == "proxy_nca_pp":
             assert cfg["loss"] == {"name": "proxy_nca", "hparams": {"softmax_scale": pytest.approx(1 / 0.1)}}
@@ -556,3 +563,38 @@ def test_asap_fig2_is_an_opt_in_search(config):
     assert search.method == "c2_asap" and search.dataset == "cub200" and cfg["asap"]["b"] == 12
     assert (cfg["validation"]["n_folds"], cfg["validation"]["fold"]) == (3, 0)
     assert not resolve_runs(chosen).keys() - resolve_runs(config).keys()   # a search trains no workflow run
+
+
+def test_rsw_reality_check_is_opt_in_search_then_final(config):
+    """Spec §4.5 / §6 T10: per dataset the §4.5 losses (HIST missing), one 50-trial search over 4 folds each,
+    then 10 reproductions × 4 folds + 10 Complete (512-d, no validation) runs of the best point."""
+    from dmlrepro.runs import COMPLETE_KEY, active_experiments, final_runs, method_search_spec, search_runs
+    from dmlrepro.tuning.bayes import parse_space
+
+    names = ["rsw_reality_cub", "rsw_reality_cars", "rsw_reality_sop"]
+    assert not set(names) & set(active_experiments(config))
+    chosen = {**config, "opt_in": names}
+    searches = search_runs(chosen)
+    losses = {"cub200": {"contrastive", "cosface", "arcface", "proxy_anchor", "proxy_nca_pp", "rsw"},
+              "cars196": {"multi_similarity", "cosface", "soft_triple", "proxy_anchor", "proxy_nca_pp", "rsw"},
+              "sop": {"proxy_nca", "normalized_softmax", "arcface", "proxy_anchor", "proxy_nca_pp", "rsw"}}
+    assert {(s.dataset, s.method.removeprefix("rc_")) for s in searches.values()} == {
+        (d, m) for d, ms in losses.items() for m in ms}
+    backbone = {"cub200": "resnet50", "cars196": "resnet50", "sop": "bn_inception"}
+    for search in searches.values():
+        (name,) = search.experiments
+        spec = method_search_spec(config["experiments"][name]["search"], search.method)
+        assert spec["trials"] == 50 and spec["folds"] == [0, 1, 2, 3]
+        cfg = search.config
+        assert (cfg["model"]["backbone"], cfg["model"]["embedding_size"]) == (backbone[search.dataset], 128)
+        assert cfg["model"]["preset"] == "rsw" and cfg["optimizer"]["name"] == "rmsprop"
+        assert cfg["validation"]["scheme"] == "mlrc" and cfg["validation"]["metric"] == "map@r"
+        assert cfg["followup"]["epochs"] > 0  # two phases for every loss [P]
+        space = parse_space(spec["space"])
+        assert {"optimizer.lr", "followup.lr"} <= {p.key for p in space} and len(space) >= 3  # and the loss's own
+        runs = final_runs(chosen, name, search, {p.key: p.example() for p in space},
+                          {"epochs": 35, "followup_epochs": 10})
+        complete = [r for r in runs.values() if r.experiments[name].get(COMPLETE_KEY)]
+        assert len(runs) == 10 * 4 + 10 and len(complete) == 10
+        assert all(r.config["model"]["embedding_size"] == 512 and r.config["validation"]["split"] is None
+                   and (r.config["epochs"], r.config["followup"]["epochs"]) == (35, 10) for r in complete)

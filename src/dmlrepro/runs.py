@@ -144,14 +144,74 @@ def search_runs(config: Mapping[str, Any], experiments: list[str] | None = None)
 
     runs: dict[str, Run] = {}
     for name, position, run in _experiment_points(config, experiments):
-        spec = config["experiments"][name].get("search")
-        if spec is not None:
+        if config["experiments"][name].get("search") is not None:
+            spec = method_search_spec(config["experiments"][name]["search"], run.method)
             try:
-                parse_space(spec.get("space") or {})
+                params = parse_space(spec["space"])
             except ValueError as error:
-                raise ExperimentError(f"experiments.{name}.search.space: {error}") from error
+                raise ExperimentError(f"experiments.{name}.search.space (method {run.method}): {error}") from error
             run.run_id = f"{run.run_id}-{hashlib.sha256(json.dumps(canonical(spec), sort_keys=True).encode()).hexdigest()[:6]}"
             _add(runs, name, position, run)
+            if config["experiments"][name].get("final"):  # a bad final stage fails now, not after the search
+                probe = runs[run.run_id]
+                final_runs(config, name, probe, {p.key: p.example() for p in params},
+                           {"epochs": probe.config["epochs"], "followup_epochs": probe.config["followup"]["epochs"]})
+    return runs
+
+
+def method_search_spec(spec: Mapping[str, Any], method: str) -> dict:
+    """The `search:` block one method's searches run: `space` with the method's own keys from
+    `method_space.<method>` added (per-loss hyperparameters, RSW App. D), `method_space` dropped.
+    A search id hashes this, so editing one method's space leaves the other methods' searches alone."""
+    spec = dict(spec)
+    own = (spec.pop("method_space", None) or {}).get(method) or {}
+    return {**spec, "space": {**(spec.get("space") or {}), **own}}
+
+
+#: the sweep key that marks a "Complete" run of an experiment's `final:` stage (RSW App. D-B)
+COMPLETE_KEY = "complete"
+
+
+def final_runs(config: Mapping[str, Any], experiment: str, search: Run, best_params: Mapping[str, Any],
+               complete_epochs: Mapping[str, int] | None = None) -> dict[str, Run]:
+    """The final stage of a search experiment (`final:`; RSW App. D, the metric-learning reality
+    check): the search's best point trained again, on its base run config, as
+
+    * fold runs: every `final.seeds` seed × every `search.folds` fold (or one run per seed when the
+      search has no folds), sweep point {<search's point>, validation.fold: k}: the MLRC blocks
+      "Aggregate (128-dim)" and "Ensemble (512-dim)";
+    * with `final.complete` (run-config overrides, e.g. embedding 512, no validation split) and
+      `complete_epochs` ({epochs, followup_epochs} from :func:`observed_epochs`), one "Complete"
+      run per seed, sweep point {<search's point>, complete: True}.
+
+    Each is an ordinary content-addressed run (its id hashes its resolved config)."""
+    from dmlrepro.tuning.bayes import nested
+
+    exp = config["experiments"][experiment]
+    spec, folds = exp["final"], exp["search"].get("folds")
+    point = search.experiments[experiment]
+    tuned = deep_merge(search.config, nested(best_params))
+    variants = [({**point, "validation.fold": fold}, {"validation": {"fold": fold}}) for fold in folds] if folds \
+        else [(dict(point), {})]
+    if spec.get("complete") is not None and complete_epochs is not None:
+        epochs = {"epochs": complete_epochs["epochs"]}
+        if tuned.get("followup", {}).get("epochs"):
+            epochs["followup"] = {"epochs": complete_epochs["followup_epochs"]}
+        variants.append(({**point, COMPLETE_KEY: True}, deep_merge(spec["complete"], epochs)))
+    runs: dict[str, Run] = {}
+    position = 0
+    for seed in spec.get("seeds", [0]):
+        for sweep, override in variants:
+            partial = deep_merge(deep_merge(tuned, override), {"seed": seed})
+            try:
+                resolved = without_late_defaults(resolve_run_config(partial))
+            except ValueError as error:
+                raise ExperimentError(f"experiments.{experiment}.final (method {search.method}, dataset "
+                                      f"{search.dataset}, seed {seed}, {sweep}): {error}") from error
+            run = Run(run_id_for(search.method, search.dataset, resolved), search.method, search.dataset, seed,
+                      resolved, {experiment: sweep})
+            _add(runs, experiment, search.position[experiment] * 10_000 + position, run)
+            position += 1
     return runs
 
 
@@ -183,6 +243,8 @@ def _experiment_points(config: Mapping[str, Any], experiments: list[str] | None)
             raise ExperimentError(f"unknown experiment {name!r}; config.experiments defines {sorted(all_experiments)}")
         exp = all_experiments[name]
         where = f"experiments.{name}"
+        if "final" in exp and "search" not in exp:
+            raise ExperimentError(f"{where}.final: a final stage trains a search's best point; {where} has no search")
         for position, (method, dataset, point, seed) in enumerate(itertools.product(
                 exp["methods"], exp["datasets"], _sweep_points(exp.get("sweep") or {}), exp.get("seeds", [0]))):
             partial = deep_merge(config.get("defaults") or {}, _section(config, "datasets", dataset, where))

@@ -148,3 +148,26 @@ def test_ci95_over_reproductions_by_hand():
         assert row["map@r@separated_ci95"] == pytest.approx(t * s / n ** 0.5, rel=1e-4), n
     one = aggregate_runs(records[:1], ["map@r@separated"]).iloc[0]
     assert np.isnan(one["map@r@separated_ci95"])
+
+
+def _complete(seed, status="completed", value=0.7):
+    return {"run_id": f"complete{seed}", "method": "m", "dataset": "d", "seed": seed, "sweep": {"complete": True},
+            "result": {"status": status, "metrics": {"map@r": value, "precision@1": 0.9}}}
+
+
+def test_a_complete_run_joins_its_seeds_fold_group_as_the_complete_block(tmp_path):
+    records = _fold_runs(tmp_path, seed=0)[0] + _fold_runs(tmp_path, seed=1)[0] + [_complete(1, value=0.6), _complete(0)]
+    out = mlrc_records(records)
+    assert [r["seed"] for r in out] == [0, 1]
+    assert [r["result"]["metrics"]["map@r@complete"] for r in out] == [0.7, 0.6]
+    assert out[0]["result"]["metrics"]["map@r@separated"] == pytest.approx(0.25)  # the folds' blocks stay
+    table = aggregate_runs(out, ["map@r@complete"])
+    assert table["map@r@complete_mean"].tolist() == pytest.approx([0.65])
+
+
+def test_a_diverged_complete_run_makes_its_record_diverged_and_one_without_folds_is_an_error(tmp_path):
+    records = _fold_runs(tmp_path)[0]
+    (out,) = mlrc_records(records + [_complete(0, status="diverged")])
+    assert out["result"]["status"] == "diverged"
+    with pytest.raises(ValueError, match="Complete run .* has no fold runs"):
+        mlrc_records(records + [_complete(5)])

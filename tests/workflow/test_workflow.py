@@ -138,6 +138,39 @@ def test_changed_hyperparameter_reruns_only_the_runs_it_touches(finished, tmp_pa
     assert plan == {"train": 1, "aggregate": 2, "report_section": 2, "report": 1, "all": 1}
 
 
+
+def test_final_stage_trains_each_searchs_best_point_in_one_call(finished):
+    """The opt-in `reality` experiment (RSW App. D in miniature): one call runs the per-method searches,
+    then (checkpoints) their best points as 2 seeds × 2 fold runs, the Complete runs' epochs, the
+    Complete runs, and the MLRC table with its three blocks; a second call has nothing to do."""
+    import json
+
+    opt_in = ("--config", "opt_in=[reality]")
+    before = {p.name for p in (finished / "results/runs").iterdir()}
+    snakemake(finished, TINY, *opt_in, "--", "results/report/index.html")
+    new = {p.name for p in (finished / "results/runs").iterdir()} - before
+    assert len(new) == 2 * 2 * (2 + 1)  # methods × seeds × (folds + Complete)
+    for search in (finished / "results/search").glob("*"):
+        if search.name.startswith(("pfml-synthetic-tiny_cnn-s0", "proxy_anchor")) and (search / "best.json").is_file():
+            best = json.loads((search / "best.json").read_text())["params"]
+            method = search.name.split("-")[0]
+            assert set(best) == {"optimizer.lr", {"pfml": "loss.hparams.alpha",
+                                                  "proxy_anchor": "loss.hparams.margin"}[method]}
+    configs = [yaml.safe_load((finished / "results/runs" / run / "config.yaml").read_text()) for run in new]
+    assert sorted(c["model"]["embedding_size"] for c in configs) == [16] * 8 + [32] * 4  # 4 Complete runs
+    (epochs,) = {json.loads(p.read_text())["epochs"] for p in (finished / "results/final/reality").glob("*/epochs.json")}
+    assert epochs == 2 and all(c["epochs"] == 2 for c in configs)  # the fold runs' 2 epochs, rounded to 1
+    with open(finished / "results/experiments/reality.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted(row["method"] for row in rows) == ["pfml", "proxy_anchor"]
+    for row in rows:
+        assert row["seeds"] == "2" and row["diverged"] == "0"
+        for block in ("separated", "concatenated", "complete"):
+            assert 0.0 < float(row[f"map@r@{block}_mean"]) <= 1.0 and float(row[f"map@r@{block}_ci95"]) >= 0.0
+    assert '<section id="reality">' in (finished / "results/report/index.html").read_text()
+    assert "Nothing to be done" in snakemake(finished, TINY, *opt_in, "-n")
+
+
 def test_lint_and_format():
     lint = subprocess.run([str(SNAKEMAKE), "--lint", "-s", str(REPO / "Snakefile")], cwd=REPO,
                           capture_output=True, text=True, timeout=300)

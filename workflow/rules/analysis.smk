@@ -50,8 +50,6 @@ rule report_section:
 rule report:
     input:
         sections=expand(rules.report_section.output.section, experiment=EXPERIMENTS),
-        metrics=[f"{RESULTS}/runs/{run_id}/metrics.json" for run_id in RUNS],
-        train_logs=[f"{RESULTS}/runs/{run_id}/train_log.csv" for run_id in RUNS],
         template=f"{TEMPLATES}/index.html.j2",
     output:
         html=f"{RESULTS}/report/index.html",
@@ -60,11 +58,7 @@ rule report:
     conda:
         "../../envs/dmlrepro-cpu.yaml"
     params:
-        runs=provenance_runs,
-        experiments={
-            name: [run.run_id for run in experiment_runs(RUNS, name)]
-            for name in EXPERIMENTS
-        },
+        experiments=EXPERIMENTS,  # the sections' order
         title=config.get("title", "dmlrepro report"),
     message:
         "Rendering the HTML report"

@@ -1,4 +1,5 @@
 # The run table (experiments -> content-addressed runs) and the input functions; no logic here.
+import json
 from pathlib import Path
 
 from snakemake.utils import validate
@@ -9,12 +10,20 @@ from dmlrepro.runs import (
     dataset_parameters,
     deep_merge,
     experiment_runs,
+    final_runs,
+    method_search_spec,
     resolve_runs,
     search_runs,
 )
+from dmlrepro.report.sections import check_improvement
 from dmlrepro.train.data import label_noise_path
 
 validate(config, "../schemas/config.schema.yaml")
+for name, experiment in config[
+    "experiments"
+].items():  # a bad report.base fails before any job
+    if (experiment.get("report") or {}).get("kind") == "improvement":
+        check_improvement(name, experiment)
 
 DATA = config["data_root"]
 RESULTS = config["results"]
@@ -39,9 +48,73 @@ def search_of(wildcards):
 
 
 def search_spec(wildcards):
-    """The `search:` block of the (first) experiment of a search (equal by the search id's hash)."""
-    experiment = next(iter(SEARCHES[wildcards.search].experiments))
-    return canonical(config["experiments"][experiment]["search"])
+    """The `search:` block of the (first) experiment of a search, with the method's own space
+    (equal in every experiment by the search id's hash)."""
+    search = SEARCHES[wildcards.search]
+    spec = config["experiments"][next(iter(search.experiments))]["search"]
+    return canonical(method_search_spec(spec, search.method))
+
+
+def final_stage(experiment, wait=True):
+    """The final runs of a search experiment with `final:` (none for the others): each search's best
+    point trained again (dmlrepro.runs.final_runs), put into RUNS so that rule train finds them.
+    wait: through the checkpoints search and final_epochs (input functions: Snakemake schedules
+    those first and asks again); else from what is on disk (at parse time, e.g. in a cluster job's
+    own Snakemake, where the searches it depends on have finished)."""
+    if not config["experiments"][experiment].get("final"):
+        return {}
+    runs = {}
+    for search in experiment_runs(SEARCHES, experiment):
+        best = checkpoint_output("search", wait, search=search.run_id)
+        if best is None:
+            continue
+        params = json.loads(Path(best.best).read_text())["params"]
+        runs.update(final_runs(config, experiment, search, params))
+        if config["experiments"][experiment]["final"].get("complete") is not None:
+            epochs = checkpoint_output(
+                "final_epochs", wait, experiment=experiment, search=search.run_id
+            )
+            if epochs is not None:
+                observed = json.loads(Path(epochs.epochs).read_text())
+                runs.update(final_runs(config, experiment, search, params, observed))
+    return register(runs)
+
+
+def register(runs):
+    """Put runs into RUNS (a run another experiment also has keeps both experiments)."""
+    for run_id, run in runs.items():
+        known = RUNS.setdefault(run_id, run)
+        known.experiments.update(run.experiments)
+        known.position.update(run.position)
+    return runs
+
+
+def checkpoint_output(rule, wait, **wildcards):
+    """A checkpoint job's outputs (wait: through Snakemake; else only if its files exist)."""
+    if wait:
+        return getattr(checkpoints, rule).get(**wildcards).output
+    outputs = getattr(rules, rule).output
+    paths = {
+        name: getattr(outputs, name).format(**wildcards) for name in outputs.keys()
+    }
+    if not all(Path(path).is_file() for path in paths.values()):
+        return None
+    return type("Outputs", (), paths)
+
+
+def final_fold_logs(wildcards):
+    """The train logs of a final stage's fold runs (rule final_epochs reads how long they trained)."""
+    search = SEARCHES[wildcards.search]
+    best = checkpoints.search.get(search=search.run_id).output.best
+    params = json.loads(Path(best).read_text())["params"]
+    runs = register(final_runs(config, wildcards.experiment, search, params))
+    return [f"{RESULTS}/runs/{run_id}/train_log.csv" for run_id in runs]
+
+
+def table_runs(experiment):
+    """The runs of an experiment's table: its runs, or its final stage's (through the checkpoints)."""
+    final_stage(experiment)
+    return experiment_runs(RUNS, experiment)
 
 
 def job_run(wildcards):
@@ -72,7 +145,7 @@ def experiment_run_files(name):
     def files(wildcards):
         return [
             f"{RESULTS}/runs/{run.run_id}/{name}"
-            for run in experiment_runs(RUNS, wildcards.experiment)
+            for run in table_runs(wildcards.experiment)
         ]
 
     return files
@@ -112,8 +185,8 @@ def run_record(run, **extra):
 def experiment_manifests(wildcards):
     names = {
         run.config["dataset"]["name"]
-        for table in (RUNS, SEARCHES)
-        for run in experiment_runs(table, wildcards.experiment)
+        for run in table_runs(wildcards.experiment)
+        + experiment_runs(SEARCHES, wildcards.experiment)
     }
     return [f"{DATA}/{name}/manifest.csv" for name in sorted(names)]
 
@@ -127,7 +200,7 @@ def section_runs(wildcards):
             dir=f"{RESULTS}/runs/{run.run_id}",
             sweep=canonical(run.experiments[wildcards.experiment]),
         )
-        for run in experiment_runs(RUNS, wildcards.experiment)
+        for run in table_runs(wildcards.experiment)
     ]
 
 
@@ -156,7 +229,7 @@ def experiment_records(wildcards):
             sweep=run.experiments[wildcards.experiment],
             **({"dir": f"{RESULTS}/runs/{run.run_id}"} if folder else {}),
         )
-        for run in experiment_runs(RUNS, wildcards.experiment)
+        for run in table_runs(wildcards.experiment)
     ]
 
 
@@ -179,13 +252,6 @@ def experiment_methods(wildcards):
     """The method configs of an experiment's methods only (a change elsewhere leaves it alone)."""
     names = config["experiments"][wildcards.experiment]["methods"]
     return canonical({name: config["methods"][name] for name in names})
-
-
-def provenance_runs(wildcards):
-    return [
-        run_record(run, device=run.config["device"], epochs=run.config["epochs"])
-        for run in RUNS.values()
-    ]
 
 
 def train_resource(name):

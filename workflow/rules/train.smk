@@ -23,7 +23,8 @@ rule train:
         "../scripts/train.py"
 
 
-rule search:
+# a checkpoint: an experiment's final stage (`final:`) trains the best point it writes
+checkpoint search:
     input:
         unpack(run_inputs),
     output:
@@ -47,3 +48,28 @@ rule search:
         "Searching {wildcards.search}"
     script:
         "../scripts/search.py"
+
+
+# how long the final stage's Complete runs train (RSW App. D-B): the fold runs' epochs, rounded up
+checkpoint final_epochs:
+    input:
+        train_logs=final_fold_logs,
+    output:
+        epochs=f"{RESULTS}/final/{{experiment}}/{{search}}/epochs.json",
+    log:
+        f"{RESULTS}/logs/final_epochs/{{experiment}}/{{search}}.log",
+    conda:
+        "../../envs/dmlrepro-cpu.yaml"
+    params:
+        multiple=lambda wildcards: config["experiments"][wildcards.experiment][
+            "final"
+        ].get("round_epochs", 5),
+    message:
+        "Epochs of the Complete runs of {wildcards.experiment} ({wildcards.search})"
+    script:
+        "../scripts/final_epochs.py"
+
+
+# a cluster job's own Snakemake: the final runs whose searches (and epochs) are on disk
+for experiment in EXPERIMENTS:
+    final_stage(experiment, wait=False)

@@ -228,12 +228,37 @@ class ASAPLoss(nn.Module):
         """Overwrite the proxies in place with (C, P, D) or (C·P, D) values (the k-Center picks)."""
         self.proxies.copy_(proxies.reshape(self.proxies.shape).to(self.proxies))
 
+    @property
+    def sample_based(self) -> bool:
+        """True after :meth:`use_sample_proxies` (sample-based ASAP, eq. 4.10)."""
+        return not isinstance(self.proxies, nn.Parameter)
+
+    def use_sample_proxies(self) -> None:
+        """Sample-based ASAP (eq. 4.10): the proxies stop being parameters.
+
+        ``.proxies`` becomes a (persistent) buffer with the same values and state-dict key, so the
+        loss has no trainable parameter; the engine passes the current network's embeddings of the
+        k-Center-selected samples to :meth:`forward` as ``proxies`` at every step and stores their
+        detached values here (a record for checkpoints, ``proxy_points`` and the report)."""
+        if self.sample_based:
+            return
+        values = self.proxies.detach().clone()
+        del self.proxies
+        self.register_buffer("proxies", values)
+
     def proxies_3d(self) -> torch.Tensor:
         return self.proxies.view(self.num_classes, self.proxies_per_class, self.embedding_size)
 
-    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor,
+                proxies: torch.Tensor | None = None) -> torch.Tensor:
+        """`proxies` (C·P, D), when given, replace ``self.proxies`` for this call (sample-based ASAP:
+        the embeddings of the selected samples under the current θ; gradients flow into them)."""
+        if proxies is None:
+            proxies = self.proxies
+        elif proxies.shape != self.proxies.shape:
+            raise ValueError(f"ASAPLoss: proxies of shape {tuple(proxies.shape)}, expected {tuple(self.proxies.shape)}")
         e = normalize(embeddings, self.normalize)
-        r = normalize(self.proxies, self.normalize).to(e.dtype)
+        r = normalize(proxies, self.normalize).to(e.dtype)
         r_lab = self.proxy_labels.to(labels.device)
         if self.anchor == "sample":
             loss = self.proxy_weight * self.base(e, labels, r, r_lab)

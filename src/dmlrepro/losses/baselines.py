@@ -5,6 +5,11 @@ Defaults follow the Proxy-Anchor code's PML wrappers, the lineage of PFML's base
 + miner ε=0.1; Triplet margin 0.1 + semihard miner; Contrastive neg_margin 0.5), else PML's own.
 Each entry's `note` says where PML's definition departs from the paper that introduced the loss;
 `proxy_nca_paper` gives the original ProxyNCA form where PML's differs.
+
+SoftTriple's centre regulariser τ·R(w) (Qian et al. 2019, eq. 10-11) is the hparam `tau`: off (0) by
+default, as in PML's own SoftTripleLoss (so runs without the key keep their ids); when τ > 0 and
+centers_per_class > 1 it is attached as PML's weight regulariser (`weight_regularizer=`,
+`weight_reg_weight=τ`), computed class by class (`BlockSparseCentersRegularizer`).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from pytorch_metric_learning import losses, miners
+from pytorch_metric_learning import losses, miners, regularizers
 from torch import nn
 
 
@@ -32,7 +37,9 @@ BASELINES: dict[str, Baseline] = {
                           "PML's softmax denominator includes the target proxy (= normalised softmax on "
                           "squared distances); the ProxyNCA paper's excludes it: see `proxy_nca_paper`."),
     "soft_triple": Baseline("SoftTripleLoss", {"centers_per_class": 10, "la": 20, "gamma": 0.1, "margin": 0.01}, True,
-                            "As in Qian et al. 2019; PFML Table 3 sets centers_per_class to PFML's M."),
+                            "As in Qian et al. 2019; PFML Table 3 sets centers_per_class to PFML's M. The centre "
+                            "regulariser τ·R(w) is the hparam `tau` (default 0 = off, PML's default; only acts "
+                            "with centers_per_class > 1)."),
     "multi_similarity": Baseline("MultiSimilarityLoss", {"alpha": 2, "beta": 50, "base": 0.5},
                                  note="As in Wang et al. 2019, with PML's MultiSimilarityMiner (epsilon)."),
     "triplet": Baseline("TripletMarginLoss", {"margin": 0.1},
@@ -58,6 +65,39 @@ class MinedLoss(nn.Module):
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return self.loss(embeddings, labels, self.miner(embeddings, labels))
+
+
+class BlockSparseCentersRegularizer(regularizers.SparseCentersRegularizer):
+    """PML's SparseCentersRegularizer, SoftTriple's R(w) (Qian et al. 2019, eq. 10), computed class by class.
+
+    R(w) = Σ_c Σ_{t<s} sqrt(2 + ε − 2·ŵ_t^c·ŵ_s^c) / (C·K·(K−1)) over the ℓ2-normalised centres of each
+    class. Same value and gradient as PML's class (same clamp of 2·ŵ·ŵ at 2, same ε = finfo.tiny, same
+    divisor), but PML builds the (C·K)² similarity matrix and two (C·K)² boolean masks (on the CPU,
+    copied to the device at every step): 8 GiB + 2 × 2 GiB for SOP with K = 4. This needs C·K².
+    ε: the SoftTriple code uses 1e-5, PML the dtype's smallest normal number; the paper has none.
+    """
+
+    def set_class_masks(self, num_classes, centers_per_class):
+        self.num_classes, self.centers_per_class = int(num_classes), int(centers_per_class)
+        self.pair_mask = torch.triu(torch.ones(centers_per_class, centers_per_class, dtype=torch.bool), diagonal=1)
+
+    def compute_loss(self, weights):
+        c, k = self.num_classes, self.centers_per_class
+        if weights.shape[0] != c * k:
+            raise ValueError(f"SparseCentersRegularizer: {weights.shape[0]} centres, expected {c} classes × {k}")
+        unit = F.normalize(weights, p=2, dim=1)  # what PML's CosineSimilarity does
+        blocks = unit.view(c, k, -1)
+        sims = blocks @ blocks.transpose(1, 2)  # (C, K, K): centres of one class against each other
+        pairs = torch.clamp(2.0 * sims[:, self.pair_mask.to(sims.device)], max=2)  # (C, K(K−1)/2), t < s
+        reg = torch.sqrt(2.0 + torch.finfo(weights.dtype).tiny - pairs).reshape(-1)
+        if self.collect_stats:
+            with torch.no_grad():
+                self.same_class_center_sim = sims[:, self.pair_mask.to(sims.device)].mean().item()
+                n, within = c * k, sims.sum()
+                total = unit.sum(0).square().sum()  # Σ_ij ŵ_i·ŵ_j
+                self.diff_class_center_sim = ((total - within) / max(n * n - c * k * k, 1)).item()
+        return {"loss": {"losses": reg, "indices": torch.arange(reg.numel(), device=reg.device),
+                         "reduction_type": "element", "divisor": c * k * (k - 1)}}
 
 
 class ProxyNCAPaperLoss(nn.Module):
@@ -89,6 +129,13 @@ def build_baseline(name: str, num_classes: int, embedding_size: int, **hparams) 
     if name == "soft_triple" and not (isinstance(args.get("centers_per_class"), int) and args["centers_per_class"] >= 1):
         # PML accepts 0 and fails at the first step ("cannot reshape tensor of 0 elements")
         raise ValueError(f"soft_triple: centers_per_class = {args.get('centers_per_class')!r}: expected an integer >= 1")
+    if name == "soft_triple":
+        tau = args.pop("tau", 0.0)
+        if not (isinstance(tau, (int, float)) and not isinstance(tau, bool) and tau >= 0):
+            raise ValueError(f"soft_triple: tau = {tau!r}: expected a number >= 0")
+        if tau > 0 and args["centers_per_class"] > 1:  # R(w) is 0 (and PML's class refuses K = 1) otherwise
+            args["weight_regularizer"] = BlockSparseCentersRegularizer(num_classes, args["centers_per_class"])
+            args["weight_reg_weight"] = float(tau)
     loss_class = getattr(losses, spec.pml_class)
     loss = loss_class(num_classes, embedding_size, **args) if spec.has_classes else loss_class(**args)
     if name == "multi_similarity":

@@ -99,13 +99,20 @@ def mlrc_records(records: Iterable[Mapping[str, Any]], fold_key: str = MLRC_FOLD
     """Fold runs → one record per (method, dataset, other sweep keys, seed), MLRC protocol
     (Musgrave et al. 2020; asap.md §3.2; pfml.md §4.5): `<metric>@separated` is the mean of the
     fold models' own test metrics (the "128-dim" block), `<metric>@concatenated` the metrics of
-    their concatenated test embeddings (the "512-dim" block, evaluation.mlrc). A group with a
-    diverged or unfinished fold is a diverged record. Each record needs `dir` (the run folder)."""
+    their concatenated test embeddings (the "512-dim" block, evaluation.mlrc), and `<metric>@complete`
+    the test metrics of the group's Complete run where the final stage has one (sweep key
+    `complete`, RSW App. D-B). A group with a diverged or unfinished run is a diverged record. Each
+    record needs `dir` (the run folder)."""
     from dmlrepro.evaluation.mlrc import fold_ensemble_metrics
+    from dmlrepro.runs import COMPLETE_KEY
 
     groups: dict[tuple, dict[str, Any]] = {}
+    complete: dict[tuple, dict[str, Any]] = {}  # the final stage's Complete runs (RSW App. D-B)
     for record in records:
         sweep = dict(record["sweep"])
+        if sweep.pop(COMPLETE_KEY, False):
+            complete[(record["method"], record["dataset"], sweep_label(sweep), record["seed"])] = record
+            continue
         if fold_key not in sweep:
             raise ValueError(f"MLRC experiment: run {record.get('run_id')} has no sweep key {fold_key!r} "
                              f"(sweep {sweep}); sweep {fold_key}: [0, 1, 2, 3]")
@@ -131,9 +138,17 @@ def mlrc_records(records: Iterable[Mapping[str, Any]], fold_key: str = MLRC_FOLD
         if all("train_hours" in t for t in timings):  # the cost of the whole ensemble
             timing = {"train_hours": sum(t["train_hours"] for t in timings),
                       "seconds_per_epoch": sum(t["seconds_per_epoch"] for t in timings) / len(timings)}
+        whole = complete.pop((method, dataset, sweep_label(group["sweep"]), seed), None)
+        if whole is not None:
+            if whole["result"].get("status") != "completed":
+                diverged = True
+            metrics.update({f"{name}@complete": value for name, value in (whole["result"].get("metrics") or {}).items()})
         out.append({"method": method, "dataset": dataset, "sweep": group["sweep"], "seed": seed, "folds": len(folds),
                     "result": {"status": "diverged" if diverged else "completed", "metrics": metrics},
                     "timing": timing})
+    if complete:
+        method, dataset, sweep, seed = next(iter(complete))
+        raise ValueError(f"MLRC experiment: a Complete run ({method}, {dataset}, {sweep!r}, seed {seed}) has no fold runs")
     return out
 
 

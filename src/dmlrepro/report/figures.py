@@ -1,6 +1,6 @@
 """The report's figures (matplotlib, Agg, PNG): ablation sweeps with error bars (PFML Fig. 3), the
-retrieval grid (PFML supp. Fig. 1), a t-SNE of test embeddings (supp. Fig. 2) and the 2-D toy
-class fields of a potential-field loss (main Fig. 2)."""
+retrieval grid (PFML supp. Fig. 1), a t-SNE of test embeddings (supp. Fig. 2), the 2-D toy
+class fields of a potential-field loss (main Fig. 2) and improvement bars over a base loss (ASAP Fig. 5)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .aggregate import sweep_points  # noqa: E402
-from .reported import paper_units  # noqa: E402
+from .reported import is_stand_in, paper_units  # noqa: E402
 
 DPI = 110
 
@@ -352,4 +352,53 @@ def search_surface_figure(surface, path: str | os.PathLike, *, x_label: str, y_l
     ax.legend(fontsize=7, loc="best")
     if title:
         ax.set_title(title, fontsize=9)
+    _save(fig, path)
+
+
+def improvement_figure(rows: Sequence[Mapping], path: str | os.PathLike, *, y_label: str,
+                       datasets: Mapping[str, str] | None = None) -> None:
+    """ASAP Fig. 5 (A22): one panel per dataset, a bar per method holding its metric, bars grouped by
+    base loss (the base first, grey; its variants green where they improve on it, red where not),
+    each variant annotated with its absolute Δ over the base (and Δ in % of the base); a method with
+    no base loss among the methods (SoftTriple) stands alone, hatched.
+
+    `rows`: sections.improvement_rows' output (`dataset`, `sweep`, `label`, `group`, `role` base /
+    variant / alone, `value`, `delta`, `delta_pct`), in the order to draw."""
+    panels = list(dict.fromkeys((r["dataset"], r["sweep"]) for r in rows))
+    width = max((sum(1 for r in rows if (r["dataset"], r["sweep"]) == p) for p in panels), default=1)
+    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(max(4.5, 0.55 * width + 1.5) * max(len(panels), 1), 4.2),
+                             squeeze=False)
+    for ax, (dataset, sweep) in zip(axes[0], panels):
+        mine = [r for r in rows if (r["dataset"], r["sweep"]) == (dataset, sweep)]
+        x, pos, ticks, previous = [], 0.0, [], None
+        for r in mine:
+            if previous is not None and r["group"] != previous:
+                pos += 0.6  # a gap between base-loss groups
+            x.append(pos)
+            ticks.append(r["label"])
+            previous, pos = r["group"], pos + 1.0
+        values = [np.nan if r["value"] is None else r["value"] for r in mine]
+        colours = ["0.6" if r["role"] != "variant" else
+                   ("0.85" if r["delta"] is None else "tab:green" if r["delta"] >= 0 else "tab:red") for r in mine]
+        bars = ax.bar(x, values, color=colours, edgecolor="black", width=0.8)
+        for bar, r in zip(bars, mine):
+            if r["role"] == "alone":  # no base loss among the methods: drawn for comparison
+                bar.set_facecolor("white")
+                bar.set_hatch("//")
+        finite = [v for v in values if np.isfinite(v)]
+        top = max(finite, default=1.0)
+        for xi, r, v in zip(x, mine, values):
+            if r["role"] == "variant" and r["delta"] is not None and np.isfinite(v):
+                text = f"{r['delta']:+.2f}" + ("" if r["delta_pct"] is None else f"\n({r['delta_pct']:+.1f} %)")
+                ax.annotate(text, (xi, v), xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
+                            fontsize=7)
+        ax.set_ylim(0, top * 1.18 if top > 0 else 1.0)
+        ax.set_xticks(x)
+        ax.set_xticklabels(ticks, rotation=60, ha="right", fontsize=8)
+        name = (datasets or {}).get(dataset, dataset)
+        if name != dataset and is_stand_in(dataset, name):
+            name = f"{name} (stand-in: {dataset})"
+        ax.set_title(f"{name} ({sweep})" if sweep else name)
+        ax.set_ylabel(y_label)
+        ax.grid(axis="y", alpha=0.3)
     _save(fig, path)

@@ -60,3 +60,40 @@ def provenance(repo: str | Path, runs: Sequence[Mapping[str, Any]],
         "hours_per_experiment": {name: sum(hours.get(i, 0.0) for i in ids) for name, ids in experiments.items()},
         "total_hours": sum(hours.values()),
     }
+
+
+#: the file in each report section's folder that lists the section's runs for the provenance table
+SECTION_RUNS = "runs.json"
+
+
+def section_runs(runs: Sequence[Mapping[str, Any]], metrics_files: Sequence[str | Path],
+                 train_logs: Sequence[str | Path]) -> list[dict[str, Any]]:
+    """One experiment's runs as the provenance table lists them: run_id, method, dataset, seed, device,
+    epochs (from each run's resolved `config`), status (metrics.json) and train_hours (train_log.csv)."""
+    import json
+
+    from .timing import timing_metrics
+
+    return [{"run_id": run["run_id"], "method": run["method"], "dataset": run["dataset"], "seed": run["seed"],
+             "device": run["config"]["device"], "epochs": run["config"]["epochs"],
+             "status": json.loads(Path(metrics).read_text()).get("status"),
+             "train_hours": timing_metrics(log).get("train_hours", 0.0)}
+            for run, metrics, log in zip(runs, metrics_files, train_logs, strict=True)]
+
+
+def collect_section_runs(sections: Mapping[str, str | Path]) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
+    """(every run once, experiment -> its run ids) from the sections' runs.json (experiment -> folder)."""
+    import json
+
+    runs: dict[str, dict[str, Any]] = {}
+    experiments = {}
+    for name, folder in sections.items():
+        path = Path(folder) / SECTION_RUNS
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: the report section of {name} was built before sections listed their "
+                                    f"runs; rebuild the sections: snakemake --forcerun report_section")
+        listed = json.loads(path.read_text())
+        experiments[name] = [run["run_id"] for run in listed]
+        for run in listed:
+            runs.setdefault(run["run_id"], run)
+    return list(runs.values()), experiments

@@ -18,10 +18,14 @@ kinds
              inter-class distance (ASAP Fig. 7; runs with asap.save_val_embeddings)
   search_surface  a Bayesian search's GP posterior over two searched keys with its trials, and the
              best point beside the paper's choice (ASAP Fig. 2; experiments with `search:`)
+  improvement  a metric per method and its improvement over the method's base loss (report.base),
+             absolute and in %, as bars grouped by base loss, one panel per dataset, and the table
+             (ASAP Fig. 5, A22)
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -35,10 +39,10 @@ from dmlrepro.atomic import write_json_atomic
 from . import figures
 from .aggregate import sweep_label
 from .compare import comparison_table
-from .reported import load_reported
+from .reported import load_reported, paper_units
 
 KINDS = ("table", "sweep", "timing", "hparams", "retrieval", "tsne", "toy_field", "curves", "heatmap", "landscape",
-         "embedding_2d", "projection_steps", "projections", "search_surface")
+         "embedding_2d", "projection_steps", "projections", "search_surface", "improvement")
 SECTION_FILE = "section.json"
 
 
@@ -55,6 +59,8 @@ def build_section(name: str, experiment: Mapping[str, Any], aggregated: pd.DataF
     kind = spec.get("kind", "table")
     if kind not in KINDS:
         raise ValueError(f"experiments.{name}.report.kind: {kind!r} is not one of {KINDS}")
+    if kind == "improvement":
+        improvement_metric, bases = check_improvement(name, experiment)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     reported = None
@@ -70,7 +76,7 @@ def build_section(name: str, experiment: Mapping[str, Any], aggregated: pd.DataF
     methods, datasets = spec.get("methods") or {}, spec.get("datasets") or {}
     seeds = len(experiment.get("seeds", [0]))
     metrics = list(experiment.get("metrics") or [])
-    if kind in ("table", "sweep", "timing", "curves", "heatmap"):
+    if kind in ("table", "sweep", "timing", "curves", "heatmap", "improvement"):
         section["table"] = comparison_table(aggregated, reported, metrics, methods, datasets, seeds,
                                             spec.get("uncertainty", "ci95" if spec.get("mlrc") else "std"))
     if kind == "sweep":
@@ -167,8 +173,91 @@ def build_section(name: str, experiment: Mapping[str, Any], aggregated: pd.DataF
             section["geometry"] = section.get("geometry", []) + rows
     elif kind == "search_surface":
         section["hparams"] = _search_surfaces(name, experiment, searches, outdir, section, reported, methods, datasets)
+    elif kind == "improvement":
+        rows = improvement_rows(aggregated, improvement_metric, bases, experiment["methods"], methods)
+        section["improvements"] = rows
+        file = f"{name}_{improvement_metric.replace('@', '_at_')}.png"
+        unit = " (%)" if paper_units(improvement_metric, 1.0) == 100.0 else ""
+        figures.improvement_figure(rows, outdir / file, y_label=improvement_metric + unit, datasets=datasets)
+        section["figures"].append({"file": file, "caption": f"{improvement_metric}{unit} per method (mean over "
+                                   f"{seeds} seed(s)), grouped by base loss (grey); labels: Δ over the base loss, "
+                                   f"absolute and in % of the base (A22)"})
     write_json_atomic(outdir / SECTION_FILE, section)
     return section
+
+
+def check_improvement(name: str, experiment: Mapping) -> tuple[str, dict[str, str]]:
+    """(metric, base) of an `improvement` report: `report.metric` (default: the first of `metrics`) must
+    be one of the experiment's metrics, and `report.base` maps variants to their base loss, both among
+    the experiment's methods; a ValueError names the key otherwise."""
+    spec, declared = experiment.get("report") or {}, list(experiment.get("methods") or [])
+    metrics = list(experiment.get("metrics") or [])
+    metric = spec.get("metric", metrics[0] if metrics else None)
+    if metric not in metrics:
+        raise ValueError(f"experiments.{name}.report.metric = {metric!r}: expected one of the experiment's "
+                         f"metrics {metrics}")
+    base = spec.get("base")
+    if not isinstance(base, Mapping) or not base:
+        raise ValueError(f"experiments.{name}.report.base = {base!r}: expected a mapping variant method -> "
+                         f"its base-loss method")
+    for variant, parent in base.items():
+        if variant not in declared:
+            raise ValueError(f"experiments.{name}.report.base: {variant!r} is not one of the experiment's "
+                             f"methods {declared}")
+        if parent not in declared:
+            raise ValueError(f"experiments.{name}.report.base.{variant} = {parent!r}: the base method is not "
+                             f"one of the experiment's methods {declared}")
+        if parent == variant:
+            raise ValueError(f"experiments.{name}.report.base.{variant}: a method is not its own base")
+    return metric, dict(base)
+
+
+def improvement_rows(aggregated: pd.DataFrame, metric: str, base: Mapping[str, str], declared: Sequence[str],
+                     methods: Mapping[str, str]) -> list[dict]:
+    """ASAP Fig. 5 (A22): per (dataset, sweep point) and method, `metric` (mean over seeds, paper units)
+    and, for a variant in `base`, its improvement over its base loss on the same dataset and sweep
+    point: `delta` = variant − base (paper units), `delta_pct` = 100 · delta / base (None when the base
+    is missing or 0). Rows come grouped by base loss: each base (declared order of its first variant's
+    base) then its variants in declared order; methods in no pair last, each alone."""
+    order, groups = [], {}
+    for method in declared:
+        parent = base.get(method)
+        if parent is not None:
+            groups.setdefault(parent, [])
+            if parent not in order:
+                order.append(parent)
+            groups[parent].append(method)
+    drawn = set(order) | {m for ms in groups.values() for m in ms}
+    layout = [row for parent in order for row in [(parent, parent, "base"),
+                                                   *((parent, m, "variant") for m in groups[parent])]]
+    layout += [(m, m, "alone") for m in declared if m not in drawn]
+    frame = aggregated.assign(sweep=aggregated["sweep"].astype(object).where(aggregated["sweep"].notna(), "")) \
+        if len(aggregated) else aggregated
+    values: dict[tuple, float | None] = {}
+    points = []
+    for record in frame.to_dict("records"):
+        point = (record["dataset"], record["sweep"])
+        if point not in points:
+            points.append(point)
+        value = record.get(f"{metric}_mean")
+        value = None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+        values[(record["method"], *point)] = None if value is None else paper_units(metric, value)
+    out = []
+    for dataset, sweep in points:
+        for group, method, role in layout:
+            present = [method, *(groups[method] if role == "base" else [])]
+            if not any((m, dataset, sweep) in values for m in present):
+                continue
+            value = values.get((method, dataset, sweep))
+            base_value = values.get((group, dataset, sweep)) if role == "variant" else None
+            delta = None if value is None or base_value is None else value - base_value
+            pct = None if delta is None or base_value == 0 else 100.0 * delta / base_value
+            out.append({"dataset": dataset, "sweep": sweep, "method": method, "label": methods.get(method, method),
+                        "group": group, "role": role, "base": group if role == "variant" else None,
+                        "base_label": methods.get(group, group) if role == "variant" else None,
+                        "metric": metric, "value": value, "base_value": base_value, "delta": delta,
+                        "delta_pct": pct})
+    return out
 
 
 def _search_surfaces(name: str, experiment: Mapping, searches: Sequence[Mapping], outdir: Path, section: dict,

@@ -47,6 +47,7 @@ VALIDATION_SPLITS = ("fold", "holdout")
 FOLD_SCHEMES = ("linspace", "mlrc")
 DISTANCES = ("cosine", "euclidean")
 PROXY_METRICS = ("w2", "avg_dtp")
+ASAP_PROXIES = ("trainable", "samples")
 
 DEFAULTS: dict[str, Any] = {
     "dataset": {
@@ -153,6 +154,9 @@ DEFAULTS: dict[str, Any] = {
         "pool_augment": True,  # A6: pool images with the train augmentation (BN always in eval mode)
         "max_alternations": None,  # cap (null: unbounded, the paper)
         "save_val_embeddings": False,  # validation embeddings at each alternation (ASAP Fig. 7)
+        # trainable: proxy-based ASAP (eq. 4.11); samples: sample-based ASAP (eq. 4.10, §5.2), the proxies are
+        # the current network's embeddings of the k-Center-selected samples at every step (docs/asap.md)
+        "proxies": "trainable",
     },
     "checkpoint": {"keep": 2},
     "divergence": {"check_grads": True},
@@ -186,16 +190,29 @@ LATE_DEFAULTS: dict[tuple[str | None, str], Any] = {
     ("eval", "corruptions"): [],
     (None, "validation"): DEFAULTS["validation"],
     (None, "asap"): DEFAULTS["asap"],
+    ("asap", "proxies"): "trainable",
 }
 
 
 def without_late_defaults(cfg: Mapping[str, Any]) -> dict:
-    """A copy of ``cfg`` without the ``LATE_DEFAULTS`` keys that hold their default value."""
+    """A copy of ``cfg`` without the ``LATE_DEFAULTS`` keys that hold their default value.
+
+    Keys inside a section go first; a whole late section (``(None, name)``) is then compared with its
+    default less its own late keys, so a section written before one of them existed (a run
+    directory's config.yaml) and one written after are the same identity."""
     out = copy.deepcopy(dict(cfg))
-    for (section, key), default in LATE_DEFAULTS.items():
-        node = out if section is None else out.get(section)
+    nested = [(s, k, d) for (s, k), d in LATE_DEFAULTS.items() if s is not None]
+    for section, key, default in nested:
+        node = out.get(section)
         if isinstance(node, dict) and key in node and node[key] == default:
             node.pop(key)
+    for (section, key), default in LATE_DEFAULTS.items():
+        if section is not None or key not in out:
+            continue
+        if isinstance(default, Mapping):
+            default = {k: v for k, v in default.items() if (key, k) not in LATE_DEFAULTS}
+        if out[key] == default:
+            out.pop(key)
     return out
 
 
@@ -533,6 +550,7 @@ def _check_asap(cfg: dict) -> None:
     _choice(cfg, "asap.first_init", FIRST_INIT)
     _choice(cfg, "asap.anchor", ANCHORS)
     _choice(cfg, "asap.small_budget", SMALL_BUDGET)
+    _choice(cfg, "asap.proxies", ASAP_PROXIES)
     if not a["enabled"]:
         return
     if not str(cfg["loss"]["name"]).startswith("asap_"):

@@ -211,6 +211,8 @@ class _Trainer:
         # the loss's init (proxies) from its own stream: independent of whatever preparing the data did
         torch.manual_seed(loss_seed(cfg["seed"]))
         self.loss = build_run_loss(cfg, len(self.labelmap), self.model.embedding_size)
+        if cfg["asap"]["enabled"] and cfg["asap"]["proxies"] == "samples":
+            self.loss.use_sample_proxies()  # eq. 4.10: proxies = embedded samples, no trainable proxy parameter
         self._check_proxy_metrics()
         self.model.to(self.device)
         self.loss.to(self.device)
@@ -395,13 +397,19 @@ class _Trainer:
         x = x.to(dev, non_blocking=True)
         y = self.labelmap(y.to(dev, non_blocking=True))
         self.optimizer.zero_grad(set_to_none=True)
+        anchors = self.projections.anchor_images() if self.projections is not None and self.projections.samples else None
         with torch.autocast(dev.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
-            emb = self.model(x)
+            if anchors is None:
+                emb = self.model(x)
+            else:  # sample-based ASAP (eq. 4.10): the selected samples in the batch's forward pass
+                emb, z = self.model(torch.cat([x, anchors.to(x.dtype)])).split([len(x), len(anchors)])
         with torch.autocast(dev.type, enabled=False):  # the loss always runs in float32
-            loss = self.loss(emb.float(), y)
+            loss = self.loss(emb.float(), y) if anchors is None else self.loss(emb.float(), y, proxies=z.float())
         value = float(loss.detach())
         if not math.isfinite(value):
             return "loss"
+        if anchors is not None:
+            self.projections.record_anchors(z)
         self.scaler.scale(loss).backward()
         if self.scaler.is_enabled():
             self.scaler.unscale_(self.optimizer)  # inf/NaN gradients: the scaler skips the step

@@ -13,6 +13,15 @@ k-Center pools are embedded with BN in inference mode, with the train augmentati
 (``asap.pool_augment``, A6), each pool image under its own seed drawn from (run seed,
 alternation): pools and picks are a pure function of the run, so a resumed run picks the same
 proxies. Everything is in :meth:`state_dict` (checkpoints).
+
+Sample-based ASAP (``asap.proxies: samples``; eq. 4.10, paper §5.2, docs/asap.md): the same
+k-Center selections, proximal term and schedule, but the selected samples themselves stand in for
+the proxies. The loss's proxies are a buffer (no trainable proxy parameter); at every step the
+engine embeds the selected images (eval transform, :meth:`Projections.anchor_images`) in the same
+train-mode forward pass as the batch and hands those embeddings to the loss (gradients flow through
+them into θ). At an alternation the k-Center seeds are the selected samples re-embedded under θ*
+with the pool's embedder (the samples' counterpart of ρ_bp). The picks (training-set positions and
+manifest rows) are logged per selection in ``validation_log.json``.
 """
 
 from __future__ import annotations
@@ -31,8 +40,9 @@ from dmlrepro.asap import ProximalRegularizer, initial_proxies, select_proxies
 _SALT = 0xA5A9
 
 
-def _seed(seed: int, alternation: int) -> int:
-    return int(np.random.SeedSequence([int(seed), _SALT, int(alternation)]).generate_state(1, np.uint64)[0] >> 2)
+def _seed(seed: int, alternation: int, *extra: int) -> int:
+    entropy = [int(seed), _SALT, int(alternation), *map(int, extra)]
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0] >> 2)
 
 
 class Projections:
@@ -49,6 +59,10 @@ class Projections:
         self.best_proxies: torch.Tensor | None = None  # ρ_bp
         self.best_val: dict[str, np.ndarray] | None = None  # validation embeddings at θ_bp (Fig. 7)
         self.selections = 0  # k-Center selections so far (0 = the initial one still to do)
+        # sample-based ASAP (eq. 4.10): the selected samples' training-set positions (C, P), row c·P + k
+        self.samples = self.cfg["proxies"] == "samples"
+        self.indices: torch.Tensor | None = None
+        self._anchor_x: torch.Tensor | None = None  # their images (eval transform), on the device
 
     # -- embedding pools with some weights -----------------------------------------------------------
     @contextlib.contextmanager
@@ -64,10 +78,10 @@ class Projections:
         finally:
             model.load_state_dict(live)
 
-    def _embedder(self, selection: int):
+    def _embedder(self, selection: int, *salt: int):
         t = self.t
         ds = t.train_ds if self.cfg["pool_augment"] else t.train_eval_ds()
-        base = _seed(t.cfg["seed"], selection)
+        base = _seed(t.cfg["seed"], selection, *salt)
         batch = t.cfg["dataset"]["eval_batch_size"]
 
         @torch.no_grad()
@@ -109,7 +123,37 @@ class Projections:
         loss.set_proxies(sel.proxies)
         self.reg.snapshot()
         self.selections = 1
-        return {"selection": 0, "kcenter_seconds": sel.seconds}
+        fields = {"selection": 0, "kcenter_seconds": sel.seconds}
+        if self.samples:
+            fields.update(self._picked(sel.indices))
+        return fields
+
+    # -- sample-based ASAP (eq. 4.10) -------------------------------------------------------------------
+    def _picked(self, indices: torch.Tensor) -> dict[str, Any]:
+        """Keep the selected samples and return their log fields (positions in the training set and
+        manifest rows, one list per class, column k = proxy k)."""
+        self.indices = indices.detach().cpu().long().clone()
+        self._anchor_x = None
+        rows = np.asarray(self.t.train_ds.rows)[self.indices.numpy()]
+        return {"samples": self.indices.tolist(), "sample_rows": rows.tolist()}
+
+    def anchor_images(self) -> torch.Tensor:
+        """(C·P, ...) images of the selected samples with the eval transform (deterministic: no
+        augmentation), row c·P + k = proxy k of class c, on the device; loaded once per selection."""
+        if self._anchor_x is None:
+            ds = self.t.train_eval_ds()
+            self._anchor_x = torch.stack([ds[int(i)][0] for i in self.indices.flatten().tolist()]).to(self.t.device)
+        return self._anchor_x
+
+    def record_anchors(self, z: torch.Tensor) -> None:
+        """Store this step's anchor embeddings (detached) as the loss's proxy values (a record for
+        checkpoints, proxy metrics and the report; the loss never trains them)."""
+        self.t.loss.set_proxies(z.detach())
+
+    def _sample_seeds(self, embed) -> torch.Tensor:
+        """The k-Center seeds of sample-based ASAP: the selected samples embedded like the pool."""
+        loss = self.t.loss
+        return embed(self.indices.flatten()).view(loss.num_classes, loss.proxies_per_class, -1)
 
     def after_backward(self) -> None:
         """g_θ += λ_eff (θ − θ*) on the network's trainable weights (the proxies have no λ term)."""
@@ -133,6 +177,8 @@ class Projections:
         self.reg.snapshot([state[n] for n in self.names])  # θ* ← θ_bp
         c = self.cfg
         with self._weights(anchor_model):
+            if self.samples:  # the selected samples at θ*, embedded as the pool is (same space)
+                anchor_proxies = self._sample_seeds(self._embedder(self.selections, 1))
             sel = select_proxies(self._embedder(self.selections), self._labels(),
                                  anchor_proxies.view(t.loss.num_classes, t.loss.proxies_per_class, -1), c["b"],
                                  self._generator(self.selections), small_budget=c["small_budget"],
@@ -144,15 +190,22 @@ class Projections:
             t.optimizer.state.clear()
         fields = {"kcenter_seconds": time.perf_counter() - start, "pool_size": int(sel.pool.shape[1]),
                   "theta_distance": self.reg.distance()}
+        if self.samples:
+            fields.update(self._picked(sel.indices))
         return fields
 
     # -- state ---------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"reg": self.reg.state_dict(), "best_model": self.best_model, "best_proxies": self.best_proxies,
-                "best_val": None if self.best_val is None else {k: torch.as_tensor(v) for k, v in self.best_val.items()},
-                "selections": self.selections}
+        state = {"reg": self.reg.state_dict(), "best_model": self.best_model, "best_proxies": self.best_proxies,
+                 "best_val": None if self.best_val is None else {k: torch.as_tensor(v) for k, v in self.best_val.items()},
+                 "selections": self.selections}
+        if self.samples:
+            state["indices"] = None if self.indices is None else self.indices.clone()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.reg.load_state_dict(state["reg"])
         self.best_model, self.best_proxies, self.selections = state["best_model"], state["best_proxies"], state["selections"]
         self.best_val = None if state["best_val"] is None else {k: v.numpy() for k, v in state["best_val"].items()}
+        if self.samples:
+            self.indices, self._anchor_x = state.get("indices"), None

@@ -14,6 +14,7 @@ from .bayes import (
     posterior_surface,
     run_search,
 )
+from .final import observed_epochs
 
 __all__ = [
     "Param",
@@ -21,6 +22,7 @@ __all__ = [
     "Surface",
     "best_validation_value",
     "load_trials",
+    "observed_epochs",
     "params_hash",
     "parse_space",
     "posterior_surface",
