@@ -65,18 +65,19 @@ def final_stage(experiment, wait=True):
         return {}
     runs = {}
     for search in experiment_runs(SEARCHES, experiment):
-        best = checkpoint_output("search", wait, search=search.run_id)
+        best = checkpoint_json("search", "best", wait, search=search.run_id)
         if best is None:
             continue
-        params = json.loads(Path(best.best).read_text())["params"]
-        runs.update(final_runs(config, experiment, search, params))
+        observed = None  # no Complete runs until the fold runs' epochs are known
         if config["experiments"][experiment]["final"].get("complete") is not None:
-            epochs = checkpoint_output(
-                "final_epochs", wait, experiment=experiment, search=search.run_id
+            observed = checkpoint_json(
+                "final_epochs",
+                "epochs",
+                wait,
+                experiment=experiment,
+                search=search.run_id,
             )
-            if epochs is not None:
-                observed = json.loads(Path(epochs.epochs).read_text())
-                runs.update(final_runs(config, experiment, search, params, observed))
+        runs.update(final_runs(config, experiment, search, best["params"], observed))
     return register(runs)
 
 
@@ -89,25 +90,23 @@ def register(runs):
     return runs
 
 
-def checkpoint_output(rule, wait, **wildcards):
-    """A checkpoint job's outputs (wait: through Snakemake; else only if its files exist)."""
+def checkpoint_json(rule, output, wait, **wildcards):
+    """The JSON content of a checkpoint job's output (wait: through Snakemake; else None while the
+    file does not exist)."""
     if wait:
-        return getattr(checkpoints, rule).get(**wildcards).output
-    outputs = getattr(rules, rule).output
-    paths = {
-        name: getattr(outputs, name).format(**wildcards) for name in outputs.keys()
-    }
-    if not all(Path(path).is_file() for path in paths.values()):
-        return None
-    return type("Outputs", (), paths)
+        path = getattr(getattr(checkpoints, rule).get(**wildcards).output, output)
+    else:
+        path = getattr(getattr(rules, rule).output, output).format(**wildcards)
+        if not Path(path).is_file():
+            return None
+    return json.loads(Path(path).read_text())
 
 
 def final_fold_logs(wildcards):
     """The train logs of a final stage's fold runs (rule final_epochs reads how long they trained)."""
     search = SEARCHES[wildcards.search]
-    best = checkpoints.search.get(search=search.run_id).output.best
-    params = json.loads(Path(best).read_text())["params"]
-    runs = register(final_runs(config, wildcards.experiment, search, params))
+    best = checkpoint_json("search", "best", True, search=search.run_id)
+    runs = register(final_runs(config, wildcards.experiment, search, best["params"]))
     return [f"{RESULTS}/runs/{run_id}/train_log.csv" for run_id in runs]
 
 
