@@ -35,7 +35,7 @@ COUNTS = {
     "pfml_table1_dino_sop": (5, 5),
     "pfml_table1_vit": (10, 10),
     "pfml_table1_vit_sop": (5, 5),
-    "pfml_table2_label_noise": (50, 50),
+    "pfml_table2_label_noise": (60, 60),
     "pfml_table3_w2": (25, 15),
     "pfml_fig3a_proxies": (80, 70),
     "pfml_fig3a_no_proxies": (10, 10),
@@ -66,7 +66,7 @@ COUNTS = {
     "rsw_table2_cars": (5, 0),
     "rsw_table2_sop": (5, 0),
     "rsw_table3": (11, 11),
-    "rsw_table4_corruptions": (2, 1),
+    "rsw_table4_corruptions": (3, 2),
     "rsw_fig6_alpha": (20, 20),
     "rsw_fig7_k1_k2": (36, 36),
     "rsw_fig8_delta": (10, 9),
@@ -96,8 +96,9 @@ COUNTS = {
     "asap_cost_profile": (32, 0),
     "asap_fig2_bayes": (0, 0),   # opt-in: a Bayesian search (test_asap_fig2_is_an_opt_in_search)
 }
-PFML_TOTAL, RSW_TOTAL, ASAP_TOTAL = 440, 139, 375
-TOTAL = PFML_TOTAL + RSW_TOTAL + ASAP_TOTAL
+PFML_TOTAL, RSW_TOTAL, ASAP_TOTAL = 450, 139, 375
+HIST_RSW = 1  # RSW Table IV's HIST column (the 10 of PFML Table 2 are in PFML_TOTAL)
+TOTAL = PFML_TOTAL + RSW_TOTAL + HIST_RSW + ASAP_TOTAL
 TABLE1 = [name for name in COUNTS if name.startswith("pfml_table1")]
 TOY = "rsw_fig10_toy"          # digits stand in for FashionMNIST (no printed dataset to map)
 LARGE_CROP = "rsw_large"       # RSW Table I's † row: RandomResizedCrop 256 / Resize 288
@@ -189,8 +190,9 @@ def test_table1_runs_200_epochs_5_seeds_with_the_papers_m_and_width(runs):
 
 def test_epochs_everywhere_but_the_timing_runs(runs):
     for run in runs.values():
-        if run.method.startswith("rsw") or _is_asap(run) or run.method == "pfml_mlrc":
-            continue  # test_rsw_per_dataset_values_of_the_released_config, test_asap_engine_settings, test_pfml_mlrc_engine
+        if run.method.startswith("rsw") or _is_asap(run) or run.method in ("pfml_mlrc", "hist"):
+            continue  # test_rsw_per_dataset_values_of_the_released_config, test_asap_engine_settings, test_pfml_mlrc_engine,
+            # test_hist_runs_follow_the_official_readme
         timing = set(run.experiments) == {"pfml_supp_table6_timing"}
         assert run.config["epochs"] == (20 if timing else 200), run.run_id
 
@@ -234,11 +236,36 @@ def test_table3_and_fig3_reuse_the_table1_runs(runs):
 
 def test_label_noise_and_timing_settings(runs):
     noisy = experiment_runs(runs, "pfml_table2_label_noise")
-    assert {run.method for run in noisy} == {"pfml", "triplet", "multi_similarity", "proxy_nca", "proxy_anchor"}
+    assert {run.method for run in noisy} == {"pfml", "triplet", "multi_similarity", "proxy_nca", "proxy_anchor", "hist"}
     assert all(run.config["dataset"]["label_noise"]["rate"] == 0.2 for run in noisy)
     timing = experiment_runs(runs, "pfml_supp_table6_timing")
     assert [run.config["loss"]["hparams"].get("proxies_per_class") for run in timing] == [None, None, 5, 20, 30]
     assert all(run.dataset == "cars196" and run.config["dataset"]["batch_size"] == 100 for run in timing)
+
+
+# HIST's official README (github.com/ljin0429/HIST): per dataset τ, α, epochs, lr, lr_ds, lr-hgnn-factor,
+# weight decay, StepLR step, BN frozen; batch 32, Adam, 1 warm-up epoch, γ 0.5, λ_s 1, HGNN hidden 512
+HIST_README = {"cub200": (32, 1.1, 40, 1.2e-4, 0.1, 5, 5e-5, 5, True), "cars196": (32, 0.9, 50, 1e-4, 0.1, 10, 1e-4, 10, True),
+               "sop": (16, 2.0, 60, 1e-4, 1e-2, 10, 1e-4, 10, False)}
+
+
+def test_hist_runs_follow_the_official_readme(runs):
+    hist = [run for run in runs.values() if run.method == "hist"]
+    assert {run.dataset for run in hist} == {"cub200", "cars196"} and len(hist) == 11
+    for run in hist:
+        cfg, hp = run.config, run.config["loss"]["hparams"]
+        tau, alpha, epochs, lr, lr_ds, factor, wd, step, bn = HIST_README[run.dataset]
+        assert (hp["tau"], hp["alpha"], hp["lambda_s"], hp["hgnn_hidden"], hp["hgnn_lr_factor"]) == (tau, alpha, 1.0, 512, factor)
+        o = cfg["optimizer"]
+        assert (o["name"], cfg["epochs"], cfg["warmup_epochs"]) == ("adam", epochs, 1)
+        assert o["lr"] == pytest.approx(lr) and o["lr"] * o["lr_mult"]["loss"] == pytest.approx(lr_ds)
+        assert o["weight_decay"] == pytest.approx(wd) and o["lr_mult"]["backbone"] == 1.0
+        assert cfg["schedule"] == {**cfg["schedule"], "name": "step", "step": step, "gamma": 0.5}
+        assert cfg["bn_freeze"]["running_stats"] is bn and cfg["bn_freeze"]["affine"] is bn
+        assert (cfg["dataset"]["batch_size"], cfg["dataset"]["sampler"]) == (32, "random")
+        assert cfg["model"]["preset"] == "hist" and not cfg["model"]["l2_normalize"] and cfg["eval"]["distance"] == "cosine"
+    (table4,) = [run for run in hist if "rsw_table4_corruptions" in run.experiments]
+    assert table4.dataset == "cub200" and len(table4.config["eval"]["corruptions"]) == 9
 
 
 def test_resources_name_configured_datasets(config):
@@ -258,6 +285,8 @@ def test_rsw_engine_settings(runs):
     for name in RSW_TRAINED:
         for run in experiment_runs(runs, name):
             cfg = run.config
+            if run.method == "hist":  # Table IV's HIST column (test_hist_runs_follow_the_official_readme)
+                continue
             assert cfg["loss"]["name"] == "rsw", run.run_id
             assert cfg["model"]["preset"] == "rsw" and cfg["model"]["l2_normalize"] is False, run.run_id
             assert cfg["optimizer"]["name"] == "adam" and cfg["optimizer"]["eps"] == 1.0, run.run_id
@@ -279,6 +308,8 @@ def test_rsw_per_dataset_values_of_the_released_config(runs):
     checked = 0
     for name in [*RSW_TABLE1, "rsw_table4_corruptions", "rsw_fig6_alpha", "rsw_fig7_k1_k2", "rsw_fig8_delta"]:
         for run in experiment_runs(runs, name):
+            if run.method == "hist":  # Table IV's HIST column: its own recipe (test_hist_runs_follow_the_official_readme)
+                continue
             cfg, want = run.config, RSW_CONFIG_JSON[run.dataset]
             point = run.experiments[name]
             hp, follow = cfg["loss"]["hparams"], cfg["followup"]
@@ -566,7 +597,7 @@ def test_asap_fig2_is_an_opt_in_search(config):
 
 
 def test_rsw_reality_check_is_opt_in_search_then_final(config):
-    """Spec §4.5 / §6 T10: per dataset the §4.5 losses (HIST missing), one 50-trial search over 4 folds each,
+    """Spec §4.5 / §6 T10: per dataset the §4.5 losses, one 50-trial search over 4 folds each,
     then 10 reproductions × 4 folds + 10 Complete (512-d, no validation) runs of the best point."""
     from dmlrepro.runs import COMPLETE_KEY, active_experiments, final_runs, method_search_spec, search_runs
     from dmlrepro.tuning.bayes import parse_space
@@ -575,8 +606,8 @@ def test_rsw_reality_check_is_opt_in_search_then_final(config):
     assert not set(names) & set(active_experiments(config))
     chosen = {**config, "opt_in": names}
     searches = search_runs(chosen)
-    losses = {"cub200": {"contrastive", "cosface", "arcface", "proxy_anchor", "proxy_nca_pp", "rsw"},
-              "cars196": {"multi_similarity", "cosface", "soft_triple", "proxy_anchor", "proxy_nca_pp", "rsw"},
+    losses = {"cub200": {"contrastive", "cosface", "arcface", "proxy_anchor", "proxy_nca_pp", "hist", "rsw"},
+              "cars196": {"multi_similarity", "cosface", "soft_triple", "proxy_anchor", "proxy_nca_pp", "hist", "rsw"},
               "sop": {"proxy_nca", "normalized_softmax", "arcface", "proxy_anchor", "proxy_nca_pp", "rsw"}}
     assert {(s.dataset, s.method.removeprefix("rc_")) for s in searches.values()} == {
         (d, m) for d, ms in losses.items() for m in ms}
@@ -589,7 +620,7 @@ def test_rsw_reality_check_is_opt_in_search_then_final(config):
         assert (cfg["model"]["backbone"], cfg["model"]["embedding_size"]) == (backbone[search.dataset], 128)
         assert cfg["model"]["preset"] == "rsw" and cfg["optimizer"]["name"] == "rmsprop"
         assert cfg["validation"]["scheme"] == "mlrc" and cfg["validation"]["metric"] == "map@r"
-        assert cfg["followup"]["epochs"] > 0  # two phases for every loss [P]
+        assert cfg["followup"]["trigger"] == "plateau"  # two phases, each until validation plateaus [P]
         space = parse_space(spec["space"])
         assert {"optimizer.lr", "followup.lr"} <= {p.key for p in space} and len(space) >= 3  # and the loss's own
         runs = final_runs(chosen, name, search, {p.key: p.example() for p in space},

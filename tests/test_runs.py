@@ -110,6 +110,24 @@ def test_per_dataset_method_values_apply_on_their_dataset_only_and_before_overri
     assert {r.config["loss"]["hparams"]["alpha"] for r in overridden if r.method == "pfml"} == {6.0}
 
 
+def test_method_overrides_apply_to_their_method_after_the_overrides():
+    config = copy.deepcopy(BASE)
+    table = config["experiments"]["table"]
+    table["overrides"] = {"epochs": 3, "loss": {"hparams": {"alpha": 6.0}}}
+    table["method_overrides"] = {"pfml": {"loss": {"hparams": {"alpha": 8.0}}}}
+    runs = experiment_runs(resolve_runs(config), "table")
+    assert {r.config["loss"]["hparams"]["alpha"] for r in runs if r.method == "pfml"} == {8.0}
+    assert all(r.config["epochs"] == 3 for r in runs)
+    assert {r.config["loss"]["hparams"]["alpha"] for r in runs if r.method == "proxy_anchor"} == {6.0}
+    # moving a method's values from overrides into method_overrides keeps its run ids
+    moved = copy.deepcopy(BASE)
+    moved["experiments"]["table"]["method_overrides"] = {"pfml": {"loss": {"hparams": {"alpha": 4.0}}}}
+    assert set(resolve_runs(moved)) == set(resolve_runs(BASE))
+    table["method_overrides"] = {"triplet": {"epochs": 2}}
+    with pytest.raises(ExperimentError, match="method_overrides: 'triplet' is not one of its methods"):
+        resolve_runs(config)
+
+
 def test_search_experiments_and_opt_in():
     """An experiment with `search:` gives searches (search_runs), not runs; its id is the base run's id plus
     a hash of the search spec; `opt_in: true` experiments are left out unless the top-level opt_in names them."""

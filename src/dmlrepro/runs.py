@@ -4,7 +4,7 @@ An experiment names methods × datasets × seeds × a sweep grid; each combinati
 run config built by deep-merging, in order,
 
     defaults  ←  datasets[dataset]  ←  methods[method]  ←  methods[method].per_dataset[dataset]
-              ←  experiment.overrides  ←  sweep point  ←  {seed}
+              ←  experiment.overrides  ←  experiment.method_overrides[method]  ←  sweep point  ←  {seed}
 
 and then resolved (every default filled, every value checked) by
 `dmlrepro.train.config.resolve_run_config`. A run's identity is that resolved config without
@@ -154,8 +154,10 @@ def search_runs(config: Mapping[str, Any], experiments: list[str] | None = None)
             _add(runs, name, position, run)
             if config["experiments"][name].get("final"):  # a bad final stage fails now, not after the search
                 probe = runs[run.run_id]
+                followup = probe.config["followup"]  # a plateau-triggered followup: 0 = no cap; stand in 1 epoch
                 final_runs(config, name, probe, {p.key: p.example() for p in params},
-                           {"epochs": probe.config["epochs"], "followup_epochs": probe.config["followup"]["epochs"]})
+                           {"epochs": probe.config["epochs"], "followup_epochs": followup["epochs"]
+                            or int(followup.get("trigger") == "plateau")})
     return runs
 
 
@@ -182,7 +184,10 @@ def final_runs(config: Mapping[str, Any], experiment: str, search: Run, best_par
       "Aggregate (128-dim)" and "Ensemble (512-dim)";
     * with `final.complete` (run-config overrides, e.g. embedding 512, no validation split) and
       `complete_epochs` ({epochs, followup_epochs} from :func:`observed_epochs`), one "Complete"
-      run per seed, sweep point {<search's point>, complete: True}.
+      run per seed, sweep point {<search's point>, complete: True}. Its followup phase is the last
+      `followup_epochs` epochs (``followup.trigger: epochs``) also when the fold runs switched on a
+      validation plateau (``trigger: plateau``): a Complete run has no validation split. When no fold
+      run reached phase 2 (0 observed epochs, e.g. all stopped early), it has none, nor ``followup.loss``.
 
     Each is an ordinary content-addressed run (its id hashes its resolved config)."""
     from dmlrepro.tuning.bayes import nested
@@ -193,16 +198,21 @@ def final_runs(config: Mapping[str, Any], experiment: str, search: Run, best_par
     tuned = deep_merge(search.config, nested(best_params))
     variants = [({**point, "validation.fold": fold}, {"validation": {"fold": fold}}) for fold in folds] if folds \
         else [(dict(point), {})]
+    plateau = (tuned.get("followup") or {}).get("trigger") == "plateau"
     if spec.get("complete") is not None and complete_epochs is not None:
         epochs = {"epochs": complete_epochs["epochs"]}
-        if tuned.get("followup", {}).get("epochs"):
+        if tuned.get("followup", {}).get("epochs") or plateau:
             epochs["followup"] = {"epochs": complete_epochs["followup_epochs"]}
+        if plateau:  # RSW App. D-B: fixed epochs per phase, as observed (no validation split to plateau on)
+            epochs["followup"]["trigger"] = "epochs"
         variants.append(({**point, COMPLETE_KEY: True}, deep_merge(spec["complete"], epochs)))
     runs: dict[str, Run] = {}
     position = 0
     for seed in spec.get("seeds", [0]):
         for sweep, override in variants:
             partial = deep_merge(deep_merge(tuned, override), {"seed": seed})
+            if sweep.get(COMPLETE_KEY) and not partial.get("followup", {}).get("epochs", 0):
+                partial.setdefault("followup", {})["loss"] = {}  # no fold run reached phase 2: the Complete run has none
             try:
                 resolved = without_late_defaults(resolve_run_config(partial))
             except ValueError as error:
@@ -245,6 +255,10 @@ def _experiment_points(config: Mapping[str, Any], experiments: list[str] | None)
         where = f"experiments.{name}"
         if "final" in exp and "search" not in exp:
             raise ExperimentError(f"{where}.final: a final stage trains a search's best point; {where} has no search")
+        method_overrides = exp.get("method_overrides") or {}
+        stray = sorted(set(method_overrides) - set(exp["methods"]))
+        if stray:
+            raise ExperimentError(f"{where}.method_overrides: {stray[0]!r} is not one of its methods {exp['methods']}")
         for position, (method, dataset, point, seed) in enumerate(itertools.product(
                 exp["methods"], exp["datasets"], _sweep_points(exp.get("sweep") or {}), exp.get("seeds", [0]))):
             partial = deep_merge(config.get("defaults") or {}, _section(config, "datasets", dataset, where))
@@ -253,6 +267,7 @@ def _experiment_points(config: Mapping[str, Any], experiments: list[str] | None)
             partial = deep_merge(partial, method_config)
             partial = deep_merge(partial, per_dataset.get(dataset) or {})
             partial = deep_merge(partial, exp.get("overrides") or {})
+            partial = deep_merge(partial, method_overrides.get(method) or {})  # one method's settings in this experiment
             for path, value in point.items():
                 partial = deep_merge(partial, dotted(path, value))
             partial = deep_merge(partial, {"seed": seed})

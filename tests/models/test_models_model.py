@@ -136,6 +136,19 @@ def test_rsw_preset_layernorm_head_matches_manual_computation():
         assert torch.allclose(model(x).double(), expected, atol=1e-4)
 
 
+def test_hist_preset_linear_then_layernorm_matches_manual_computation():
+    model = build_model(backbone="tiny_cnn", preset="hist", embedding_size=32).eval()
+    assert model.pool.mode == "avg+max" and not model.l2_normalize
+    linear, layer_norm = model.head
+    assert isinstance(layer_norm, nn.LayerNorm) and layer_norm.weight is None and layer_norm.normalized_shape == (32,)
+    assert torch.count_nonzero(linear.bias) == 0
+    x = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        z = model.forward_pooled(x).double() @ linear.weight.double().t()
+        expected = (z - z.mean(dim=1, keepdim=True)) / torch.sqrt(z.var(dim=1, unbiased=False, keepdim=True) + 1e-5)
+        assert torch.allclose(model(x).double(), expected, atol=1e-4)
+
+
 def test_asap_and_mlrc_heads():
     asap = build_model(backbone="tiny_cnn", preset="asap", embedding_size=64)
     assert isinstance(asap.head, nn.Linear) and asap.head.bias is None
@@ -216,7 +229,7 @@ def test_build_model_bn_freeze_key():
     assert bns and all(not m.training and not m.weight.requires_grad for m in bns)
 
 
-@pytest.mark.parametrize("head,size", [("linear", 16), ("layernorm_linear", 16), ("mlp", 16), ("none", 0)])
+@pytest.mark.parametrize("head,size", [("linear", 16), ("layernorm_linear", 16), ("linear_layernorm", 16), ("mlp", 16), ("none", 0)])
 def test_parameter_groups_partition_the_parameters(head, size):
     model = build_model(
         backbone="tiny_cnn", head=head, embedding_size=size, mlp_hidden=[32] if head == "mlp" else []

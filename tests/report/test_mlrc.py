@@ -59,6 +59,41 @@ def test_concatenated_metrics_equal_a_direct_computation(tmp_path):
     assert out["result"]["metrics"]["map@r@concatenated"] != pytest.approx(_map_at_r(unit[0], labels)["map@r"])
 
 
+def test_concatenated_query_gallery_metrics_equal_a_direct_computation(tmp_path):
+    """In-Shop: the fold models' query and gallery embeddings are concatenated separately, then the
+    queries retrieve from the gallery (brute force: every gallery item is a candidate)."""
+    from dmlrepro.evaluation.mlrc import fold_ensemble_metrics
+
+    rng = np.random.default_rng(3)
+    q_labels, g_labels = np.repeat(np.arange(4), 3), np.repeat(np.arange(4), 5)
+    dirs, q_units, g_units = [], [], []
+    for fold in range(3):
+        folder = tmp_path / f"fold{fold}"
+        folder.mkdir()
+        centres = rng.normal(size=(4, 3))
+        q = centres[q_labels] + rng.normal(size=(12, 3))
+        g = centres[g_labels] + rng.normal(size=(20, 3))
+        save_embeddings(folder / "embeddings_test.npz", q.astype(np.float32), q_labels, np.arange(12), split="query")
+        save_embeddings(folder / "embeddings_gallery.npz", g.astype(np.float32), g_labels, np.arange(20), split="gallery")
+        dirs.append(folder)
+        q_units.append(q / np.linalg.norm(q, axis=1, keepdims=True))
+        g_units.append(g / np.linalg.norm(g, axis=1, keepdims=True))
+    q = np.concatenate(q_units, axis=1)
+    g = np.concatenate(g_units, axis=1)
+    q, g = (x / np.linalg.norm(x, axis=1, keepdims=True) for x in (q, g))
+    d = np.linalg.norm(q[:, None] - g[None], axis=-1)
+    maps, p1 = [], []
+    for i in range(len(q)):
+        order = sorted(range(len(g)), key=lambda j: (d[i, j], j))
+        r = int((g_labels == q_labels[i]).sum())
+        hits = [g_labels[j] == q_labels[i] for j in order[:r]]
+        maps.append(sum(sum(hits[:k + 1]) / (k + 1) for k in range(r) if hits[k]) / r)
+        p1.append(float(hits[0]))
+    got = fold_ensemble_metrics(dirs, ks=(1,))
+    assert got["map@r"] == pytest.approx(np.mean(maps), abs=1e-6)
+    assert got["precision@1"] == pytest.approx(np.mean(p1), abs=1e-6)
+
+
 def test_separated_is_the_fold_mean_and_the_group_is_one_record_per_seed(tmp_path):
     records = _fold_runs(tmp_path, seed=0)[0] + _fold_runs(tmp_path, seed=1)[0]
     out = mlrc_records(records)

@@ -22,6 +22,19 @@ def data_root(tmp_path_factory) -> Path:
     return root
 
 
+#: the generated dataset of the validation / ASAP / followup-plateau tests: 32 classes (16 train, 4 folds of 4)
+SYNTH = {"num_classes": 32, "images_per_class": 12, "size": 32}
+
+
+@pytest.fixture(scope="session")
+def synth_root(tmp_path_factory) -> Path:
+    from dmlrepro.data import prepare
+
+    root = tmp_path_factory.mktemp("synth-data")
+    prepare("synthetic", root, progress=False, **SYNTH)
+    return root
+
+
 def tiny_config(root: Path, **overrides) -> dict:
     """A run of a few seconds: digits at 32 px, a 3-layer CNN, 3 epochs x 4 steps of 32 images."""
     cfg = {

@@ -22,19 +22,9 @@ import yaml
 from dmlrepro.train import EXIT_INTERRUPTED, ConfigError, list_checkpoints, read_checkpoint, resolve_run_config, train_run
 from dmlrepro.train.checkpoint import checkpoint_name
 
-from .conftest import run_cli, with_overrides
+from .conftest import SYNTH, run_cli, with_overrides
 
 E = 3  # steps per epoch = steps per evaluation
-SYNTH = {"num_classes": 32, "images_per_class": 12, "size": 32}
-
-
-@pytest.fixture(scope="module")
-def synth_root(tmp_path_factory):
-    from dmlrepro.data import prepare
-
-    root = tmp_path_factory.mktemp("synth-data")
-    prepare("synthetic", root, progress=False, **SYNTH)
-    return root
 
 
 def asap_config(root, **overrides) -> dict:

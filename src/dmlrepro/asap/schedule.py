@@ -181,6 +181,22 @@ class AlternationSchedule:
             self._close_projection(step, reason)
             self.stopped = True
 
+    def restart(self, step: int, reason: str = "followup") -> None:
+        """Go on after the global stop at `step` (the last evaluation): the plateau-triggered second
+        phase of RSW App. D. The patience counter starts again; the global best stays, so an
+        evaluation improves only on the best so far. The stopping evaluation's record says
+        ``stop: false, restart: reason``, the closed projection record ends with `reason`, and a
+        new record of the same projection opens at `step`. Evaluations patience only."""
+        if not self.stopped or step != self.last_step or not self.evaluations or not self.evaluations[-1]["stop"]:
+            raise RuntimeError(f"AlternationSchedule.restart: no global stop at step {step} to restart from")
+        if self.global_patience_unit != "evaluations":
+            raise ValueError("AlternationSchedule.restart: needs global_patience_unit 'evaluations'")
+        self.stopped, self.bad_global = False, 0
+        self.evaluations[-1].update(stop=False, restart=reason)
+        self.projections[-1]["end_reason"] = reason
+        self.projection_start, self.projection_evals = step, 0
+        self.best_projection, self.best_projection_step, self.bad_projection = -math.inf, step, 0
+
     def record_alternation(self, **fields) -> None:
         """Attach fields (e.g. ``kcenter_seconds``, ``covering_radius``) to the latest alternation record."""
         if not self.alternations:

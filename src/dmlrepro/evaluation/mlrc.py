@@ -38,11 +38,11 @@ def fold_ensemble_metrics(run_dirs: Sequence[Any], ks: Sequence[int] = (1,)) -> 
     """MLRC "Concatenated (512-dim)" metrics of the fold models in `run_dirs` (fold order): their
     test embeddings (``embeddings_test.npz``, and ``embeddings_gallery.npz`` for query→gallery
     datasets such as In-Shop) concatenated by :func:`concatenate_fold_embeddings`, then the
-    retrieval metrics of :func:`retrieval_metrics` on the result (Euclidean on unit vectors)."""
+    retrieval metrics of :func:`compute_retrieval` on the result (Euclidean on unit vectors)."""
     from pathlib import Path
 
     from .embeddings_io import load_embeddings
-    from .retrieval import retrieval_metrics, retrieval_metrics_query_gallery
+    from .retrieval import compute_retrieval
 
     def stacked(name: str):
         sets = [load_embeddings(Path(d) / name) for d in run_dirs]
@@ -54,7 +54,8 @@ def fold_ensemble_metrics(run_dirs: Sequence[Any], ks: Sequence[int] = (1,)) -> 
     if not run_dirs:
         raise ValueError("fold_ensemble_metrics: no fold runs")
     query, labels = stacked("embeddings_test.npz")
+    gallery = gallery_labels = None
     if (Path(run_dirs[0]) / "embeddings_gallery.npz").is_file():
         gallery, gallery_labels = stacked("embeddings_gallery.npz")
-        return retrieval_metrics_query_gallery(query, labels, gallery, gallery_labels, ks=tuple(ks), distance="euclidean")
-    return retrieval_metrics(query, labels, ks=tuple(ks), distance="euclidean")
+    return compute_retrieval(query, labels, tuple(ks), gallery=gallery, gallery_labels=gallery_labels,
+                             distance="euclidean").metrics

@@ -7,12 +7,14 @@ from torch import nn
 from ..asap.losses import ASAP_LOSSES
 from .baselines import BASELINES, MinedLoss, ProxyNCAPaperLoss, build_baseline
 from .cpml import CPMLLoss
+from .hist import HISTLoss
 from .pfml import PFMLLoss
 from .proxies import proxy_points
 from .rsw import RSW_FUNCTIONS, RSWLoss
 from .xbm import XBM_LOSSES, XBMLoss
 
-PAPER_LOSSES = {"pfml": PFMLLoss, "cpml": CPMLLoss, "rsw": RSWLoss, **ASAP_LOSSES, **XBM_LOSSES}
+# the papers' own losses, and the baselines written here (XBM wrappers, HIST: no PML class does them)
+PAPER_LOSSES = {"pfml": PFMLLoss, "cpml": CPMLLoss, "rsw": RSWLoss, "hist": HISTLoss, **ASAP_LOSSES, **XBM_LOSSES}
 LOSS_NAMES = tuple(sorted([*PAPER_LOSSES, *BASELINES, "proxy_nca_paper"]))
 
 
@@ -32,5 +34,5 @@ def build_loss(name: str, num_classes: int, embedding_size: int, **hparams) -> n
         raise TypeError(f"loss {name!r}: bad hyperparameters {sorted(hparams)}: {error}") from error
 
 
-__all__ = ["BASELINES", "CPMLLoss", "LOSS_NAMES", "MinedLoss", "PFMLLoss", "ProxyNCAPaperLoss", "RSWLoss",
+__all__ = ["BASELINES", "CPMLLoss", "HISTLoss", "LOSS_NAMES", "MinedLoss", "PFMLLoss", "ProxyNCAPaperLoss", "RSWLoss",
            "RSW_FUNCTIONS", "XBMLoss", "XBM_LOSSES", "build_loss", "proxy_points"]

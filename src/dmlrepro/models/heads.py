@@ -14,6 +14,8 @@ Heads (``head``), applied to the pooled vector:
 
 - ``linear``: ``Linear(C, D)`` (Proxy-Anchor, PFML, ASAP);
 - ``layernorm_linear``: ``LayerNorm(C, elementwise_affine=False)`` then ``Linear(C, D)`` (RSW);
+- ``linear_layernorm``: ``Linear(C, D)`` then ``LayerNorm(D, elementwise_affine=False)`` (HIST's
+  ``net/resnet.py``, ``--layer-norm 1``);
 - ``mlp``: powerful-benchmarker's ``MLP([C, *hidden, D], final_relu=False)`` (the MLRC
   embedder ``[128]`` is exactly one ``Linear(C, 128)``). Faithful to that class, the ReLUs
   come *before* the Linears, on every Linear but the last: ``[C, h, D]`` gives
@@ -44,7 +46,7 @@ __all__ = [
 
 CNN_POOLS = ("avg", "max", "avg+max", "catavgmax")
 TOKEN_POOLS = ("cls", "token_avg")
-HEADS = ("linear", "layernorm_linear", "mlp", "none")
+HEADS = ("linear", "layernorm_linear", "linear_layernorm", "mlp", "none")
 HEAD_INITS = ("kaiming_fan_out", "default", "glorot_uniform")
 
 
@@ -129,6 +131,10 @@ def build_head(
         layer = nn.Linear(in_features, d, bias=bias)
         init_linear(layer, init)
         return nn.Sequential(nn.LayerNorm(in_features, elementwise_affine=False), layer), d
+    if kind == "linear_layernorm":
+        layer = nn.Linear(in_features, d, bias=bias)
+        init_linear(layer, init)
+        return nn.Sequential(layer, nn.LayerNorm(d, elementwise_affine=False)), d
     # mlp: powerful-benchmarker MLP(layer_sizes=[in, *hidden, d], final_relu=False)
     sizes = [in_features, *[int(s) for s in mlp_hidden], d]
     layers: list[nn.Module] = []

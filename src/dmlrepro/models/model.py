@@ -47,6 +47,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "head_init": "kaiming_fan_out",
         "l2_normalize": False,
     },
+    # HIST code (net/resnet.py): GAP + GMP summed, Linear (kaiming fan_out, bias 0), then
+    # LayerNorm(D, no affine); the loss l2-normalises for its distributions, evaluation is cosine.
+    "hist": {
+        "pool": "avg+max",
+        "head": "linear_layernorm",
+        "head_init": "kaiming_fan_out",
+        "l2_normalize": False,
+    },
     # ASAP spec §"Model": GAP only, FC 1024->128 without bias, Glorot-uniform; its Lipschitz
     # normalisation is part of the loss/evaluation, not of the model.
     "asap": {

@@ -99,7 +99,7 @@ def comparison_table(aggregated: pd.DataFrame, reported: pd.DataFrame | None, me
         rows = _merge_row(rows, {
             "label": row_label(printed or record["method"], record["sweep"]), "source": "ours",
             "status": _status(record, expected_seeds), "cells": cells})
-    return {"columns": columns, "rows": rows, "within_sigmas": within_factor, "uncertainty": uncertainty}
+    return {"columns": columns, "rows": rows, "uncertainty": uncertainty}
 
 
 def _paper_cell(found) -> dict:

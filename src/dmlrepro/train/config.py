@@ -48,6 +48,7 @@ FOLD_SCHEMES = ("linspace", "mlrc")
 DISTANCES = ("cosine", "euclidean")
 PROXY_METRICS = ("w2", "avg_dtp")
 ASAP_PROXIES = ("trainable", "samples")
+FOLLOWUP_TRIGGERS = ("epochs", "plateau")
 
 DEFAULTS: dict[str, Any] = {
     "dataset": {
@@ -108,7 +109,9 @@ DEFAULTS: dict[str, Any] = {
     "warmup_epochs": 0,
     "bn_freeze": {"running_stats": False, "affine": False, "unfreeze_affine_after_warmup": False},
     "grad_clip": {"value": None, "groups": list(GROUPS)},
-    "followup": {"epochs": 0, "loss": {}, "lr": None, "lr_mult": {}},
+    # RSW's second phase; trigger "epochs": the last followup.epochs epochs; "plateau" (RSW App. D): when
+    # validation patience runs out (followup.epochs then caps phase 2; 0 = up to the epochs cap)
+    "followup": {"epochs": 0, "loss": {}, "lr": None, "lr_mult": {}, "trigger": "epochs"},
     "amp": {"enabled": "auto", "dtype": "bfloat16"},
     "epochs": 3,
     "steps_per_epoch": None,  # cap on optimizer steps per epoch (None = the sampler's full epoch)
@@ -191,6 +194,7 @@ LATE_DEFAULTS: dict[tuple[str | None, str], Any] = {
     (None, "validation"): DEFAULTS["validation"],
     (None, "asap"): DEFAULTS["asap"],
     ("asap", "proxies"): "trainable",
+    ("followup", "trigger"): "epochs",
 }
 
 
@@ -455,7 +459,8 @@ def resolve_run_config(partial: Mapping[str, Any] | None) -> dict:
     f = cfg["followup"]
     _num(cfg, "followup.epochs", lo=0, integer=True)
     if f["epochs"] >= cfg["epochs"]:
-        raise _err("followup.epochs", f["epochs"], f"fewer than epochs = {cfg['epochs']}")
+        raise _err("followup.epochs", f["epochs"], f"fewer than epochs = {cfg['epochs']}"
+                   + (" (with trigger plateau: a cap on phase 2, 0 = none)" if f.get("trigger") == "plateau" else ""))
     if not isinstance(f["loss"], Mapping):
         raise _err("followup.loss", f["loss"], "a mapping of loss attribute -> value")
     _num(cfg, "followup.lr", lo=0, lo_open=True, allow_none=True)
@@ -497,6 +502,7 @@ def resolve_run_config(partial: Mapping[str, Any] | None) -> dict:
 
     _check_validation(cfg)
     _check_asap(cfg)
+    _check_followup_trigger(cfg)
 
     _num(cfg, "checkpoint.keep", lo=1, integer=True)
     _bool(cfg, "divergence.check_grads")
@@ -532,6 +538,23 @@ def _check_validation(cfg: dict) -> None:
     if cfg["dataset"]["train_split"] != "train":
         raise _err("dataset.train_split", cfg["dataset"]["train_split"],
                    "'train' with a validation.split (the validation classes are taken from it)")
+
+
+def _check_followup_trigger(cfg: dict) -> None:
+    """followup.trigger: `epochs` (the last followup.epochs epochs) or `plateau` (RSW App. D: phase 2
+    starts when validation patience runs out; needs a validation split and patience)."""
+    _choice(cfg, "followup.trigger", FOLLOWUP_TRIGGERS)
+    if cfg["followup"]["trigger"] != "plateau":
+        return
+    v = cfg["validation"]
+    if v["split"] is None:
+        raise _err("followup.trigger", "plateau", "'epochs' without a validation.split (phase 2 starts when "
+                   "validation stops improving; set validation.split and validation.patience)")
+    if v["patience"] is None:
+        raise _err("followup.trigger", "plateau", "'epochs' without a validation.patience (the evaluations "
+                   "without improvement that end each phase)")
+    if cfg["asap"]["enabled"]:
+        raise _err("followup.trigger", "plateau", "'epochs' with asap.enabled (ASAP's schedule owns the early stop)")
 
 
 def _check_asap(cfg: dict) -> None:
@@ -604,7 +627,7 @@ def _check_loss(cfg: dict) -> None:
         if attr.startswith("_") or not hasattr(loss, attr) or callable(getattr(loss, attr)) \
                 or isinstance(getattr(loss, attr), __import__("torch").Tensor):
             raise _err(f"followup.loss.{attr}", value, f"a plain attribute of loss {lo['name']!r}")
-    if f["loss"] and f["epochs"] == 0:
+    if f["loss"] and f["epochs"] == 0 and f["trigger"] == "epochs":
         raise _err("followup.epochs", 0, "a positive number of epochs when followup.loss is set")
 
 

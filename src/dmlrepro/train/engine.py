@@ -38,7 +38,8 @@ from .data import (SeededBatchSampler, SeededDataset, build_batch_sampler, build
                    build_validation, loader_generator, open_manifest, worker_init)
 from .evaluate import BEST_MODEL_FILE, EMBEDDINGS_FILE, GALLERY_FILE, compute_embeddings, embedding_metrics, final_metrics
 from .modeling import build_run_loss, build_run_model
-from .optim import apply_trainability, build_optimizer, group_lrs, in_followup, named_groups, set_lrs
+from .optim import (apply_trainability, base_group, build_optimizer, group_lrs, in_followup, linked_groups, named_groups,
+                    set_lrs)
 from .preemption import RunInterrupted, StopFlag
 from .projections import Projections
 from .seeding import DeterminismGuard, loss_seed, rng_state, seed_everything, set_rng_state
@@ -219,14 +220,15 @@ class _Trainer:
         self.labelmap.table = self.labelmap.table.to(self.device)
         self.phase1_attrs = {k: getattr(self.loss, k) for k in cfg["followup"]["loss"]}
         self.groups = named_groups(self.model, self.loss)
-        self.optimizer = build_optimizer(cfg, self.groups)
+        self.optimizer = build_optimizer(cfg, self.groups, linked_groups(self.loss))
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
         self.sampler = SeededBatchSampler(build_batch_sampler(cfg["dataset"], self.train_ds, cfg["seed"]),
                                           cfg["seed"], cfg["steps_per_epoch"])
         if self.sampler.num_batches() == 0:
             raise ConfigError(f"run config: dataset.batch_size = {cfg['dataset']['batch_size']}: an epoch has no "
                               f"full batch of the {len(self.train_ds)} training images")
-        self.clip_params = [p for g in cfg["grad_clip"]["groups"] for p in self.groups[g]]
+        self.clip_params = [p for g, params in self.groups.items() if base_group(g) in cfg["grad_clip"]["groups"]
+                            for p in params]
         self.projections = Projections(self) if cfg["asap"]["enabled"] else None
         self.validation = (Validation(self, build_validation(cfg["dataset"], cfg["validation"], manifest, self.model))
                            if cfg["validation"]["split"] else None)
@@ -303,7 +305,8 @@ class _Trainer:
 
     def _row(self, epoch, steps, loss, lrs, seconds, metrics, proxy_metrics=None, val_metrics=None) -> dict[str, Any]:
         row = {"epoch": epoch, "steps": steps, "loss": loss, "lrs": lrs, "seconds": seconds,
-               "phase": 2 if epoch and in_followup(self.cfg, epoch) else 1, "test_metrics": metrics}
+               "phase": 2 if epoch and in_followup(self.cfg, epoch, self.pos.get("followup_start")) else 1,
+               "test_metrics": metrics}
         if proxy_metrics is not None:  # only with eval.proxy_metrics_per_epoch (older histories lack the key)
             row["proxy_metrics"] = proxy_metrics
         if val_metrics is not None:  # only with a validation split
@@ -319,9 +322,10 @@ class _Trainer:
 
     def _apply_epoch_settings(self, epoch: int) -> dict[str, float]:
         cfg = self.cfg
-        lrs = group_lrs(cfg, epoch)
+        start = self.pos.get("followup_start")  # followup.trigger plateau: the epoch phase 2 began (None: not yet)
+        lrs = group_lrs(cfg, epoch, start)
         set_lrs(self.optimizer, lrs)
-        attrs = cfg["followup"]["loss"] if in_followup(cfg, epoch) else self.phase1_attrs
+        attrs = cfg["followup"]["loss"] if in_followup(cfg, epoch, start) else self.phase1_attrs
         for k, v in attrs.items():
             setattr(self.loss, k, v)
         apply_trainability(cfg, self.model, self.loss, epoch)
@@ -368,8 +372,7 @@ class _Trainer:
             if val_metrics is None:
                 return {"epoch": epoch, "step": pos["batch"], "global_step": pos["global_step"],
                         "what": "validation embeddings", "lrs": lrs}
-            if self.validation.stopped:
-                pos["stopped"] = epoch
+            self._plateau_control(epoch)
         final = epoch == cfg["epochs"] or bool(pos.get("stopped"))
         every = cfg["eval"]["every"]
         metrics = None
@@ -390,6 +393,28 @@ class _Trainer:
         if self.stop:
             raise RunInterrupted(self.stop.signum, self.ckdir)
         return None
+
+    def _plateau_control(self, epoch: int) -> None:
+        """After `epoch`'s validation: early stopping, and with ``followup.trigger: plateau`` (RSW
+        App. D) the switch to phase 2. The first time patience runs out (before the epochs cap) the
+        run does not stop: phase 2 starts at the next epoch from the current weights and optimizer
+        state, the patience count starts again, and the next time it runs out the run stops;
+        ``followup.epochs`` > 0 caps phase 2. ``pos["followup_start"]`` (checkpointed with the
+        position) is the first phase-2 epoch, absent before the switch."""
+        cfg, pos = self.cfg, self.pos
+        f = cfg["followup"]
+        plateau = f["trigger"] == "plateau"
+        start = pos.get("followup_start")
+        if self.validation.stopped:
+            if plateau and start is None and epoch < cfg["epochs"]:
+                self.validation.start_followup()
+                pos["followup_start"] = epoch + 1
+                _say(f"validation plateaued after epoch {epoch}: followup phase from epoch {epoch + 1}")
+            else:
+                pos["stopped"] = epoch
+        elif plateau and start is not None and f["epochs"] and epoch - start + 1 >= f["epochs"] \
+                and epoch < cfg["epochs"]:
+            pos["stopped"] = epoch  # followup.epochs phase-2 epochs done (the schedule is closed at the finish)
 
     def _step(self, x: torch.Tensor, y: torch.Tensor) -> str | None:
         """One optimizer step; returns "loss"/"gradients" instead of stepping if they are not finite."""
@@ -521,9 +546,12 @@ class _Trainer:
     def _common(self) -> dict[str, Any]:
         hist = self.pos["history"]
         untrained = hist[0]["test_metrics"] if hist and hist[0]["epoch"] == 0 else None
-        return {"select": self.cfg["eval"]["select"], "epochs": self.cfg["epochs"],
-                "global_steps": self.pos["global_step"], "untrained_metrics": untrained,
-                "best_epoch": (self.pos["best"] or {}).get("epoch"), "stopped_epoch": self.pos.get("stopped")}
+        common = {"select": self.cfg["eval"]["select"], "epochs": self.cfg["epochs"],
+                  "global_steps": self.pos["global_step"], "untrained_metrics": untrained,
+                  "best_epoch": (self.pos["best"] or {}).get("epoch"), "stopped_epoch": self.pos.get("stopped")}
+        if self.cfg["followup"]["trigger"] == "plateau":  # the first phase-2 epoch (null: never switched)
+            common["followup_start_epoch"] = self.pos.get("followup_start")
+        return common
 
     def _finish_completed(self) -> dict[str, Any]:
         from dmlrepro.evaluation.embeddings_io import load_embeddings
@@ -531,7 +559,9 @@ class _Trainer:
         emb_path = self.outdir / EMBEDDINGS_FILE
         select, last_epoch = self.cfg["eval"]["select"], self.pos.get("stopped") or self.cfg["epochs"]
         if self.validation is not None and not self.validation.stopped:
-            self.validation.finish()  # the epoch cap ended the run: close the open projection's record
+            # the epoch cap (or the phase-2 cap of a plateau-triggered followup) ended the run: close the
+            # open projection's record
+            self.validation.finish("followup_epochs" if self.pos.get("stopped") else "max_epochs")
         if select == "best_val" and not emb_path.is_file():
             self._evaluate_best_val()
         if select == "best_test":

@@ -6,11 +6,18 @@ Groups (``config.GROUPS``): ``backbone`` (the trunk), ``head`` (pooling + embedd
 
     lr_g(e) = base_lr(phase) * lr_mult_g(phase) * schedule(e)
 
-phase 2 ("followup", RSW) covers the last ``followup.epochs`` epochs and replaces ``base_lr``
+phase 2 ("followup", RSW) covers the last ``followup.epochs`` epochs (``followup.trigger: epochs``)
+or the epochs from the one after validation patience first ran out (``trigger: plateau``, RSW App. D:
+the engine passes that epoch, ``followup_start``, so this stays a pure function) and replaces ``base_lr``
 by ``followup.lr`` and the multipliers given in ``followup.lr_mult``; ``schedule`` is 1 (none),
 ``gamma ** ((e-1) // step)`` (step; torch's StepLR stepped once per epoch) or
 ``r + (1-r) (1 + cos(pi (e-1) / E)) / 2`` (cosine, r = min_lr_ratio). Being a function of the
 epoch, the schedule needs no state of its own to resume.
+
+A loss may train some of its parameters at a fixed ratio of another group's lr (HIST's HGNN at
+``lr × lr_hgnn_factor``): its ``linked_lr_groups()`` returns ``{name: (params, group, ratio)}``,
+which become the optimizer groups ``loss.<name>`` with lr = ``ratio × lr_group(e)`` and the loss
+group's weight decay; their parameters leave the ``loss`` group.
 """
 
 from __future__ import annotations
@@ -24,16 +31,37 @@ from torch import nn
 from .config import GROUPS
 
 
+def linked_groups(loss: nn.Module) -> dict[str, tuple[list[nn.Parameter], str, float]]:
+    """The loss's parameter groups whose lr is a fixed ratio of a config group's:
+    ``{"loss.<name>": (params, group, ratio)}`` (empty for most losses)."""
+    linked = getattr(loss, "linked_lr_groups", dict)()
+    return {f"loss.{name}": (list(params), group, float(ratio)) for name, (params, group, ratio) in linked.items()}
+
+
 def named_groups(model: nn.Module, loss: nn.Module) -> dict[str, list[nn.Parameter]]:
+    """The config groups (``GROUPS``), then the loss's linked groups (``linked_groups``)."""
     from dmlrepro.models import parameter_groups
 
     groups = {g["name"]: list(g["params"]) for g in parameter_groups(model)}
-    groups["loss"] = list(loss.parameters())
-    return {name: groups.get(name, []) for name in GROUPS}
+    linked = {name: params for name, (params, _, _) in linked_groups(loss).items()}
+    in_linked = {id(p) for params in linked.values() for p in params}
+    groups["loss"] = [p for p in loss.parameters() if id(p) not in in_linked]
+    return {**{name: groups.get(name, []) for name in GROUPS}, **linked}
 
 
-def in_followup(cfg: dict[str, Any], epoch: int) -> bool:
-    return cfg["followup"]["epochs"] > 0 and epoch > cfg["epochs"] - cfg["followup"]["epochs"]
+def base_group(name: str) -> str:
+    """The config group a (possibly linked, ``loss.<name>``) optimizer group belongs to."""
+    return name.split(".", 1)[0]
+
+
+def in_followup(cfg: dict[str, Any], epoch: int, followup_start: int | None = None) -> bool:
+    """Whether ``epoch`` is in phase 2. Trigger ``epochs``: the last ``followup.epochs`` epochs
+    (``followup_start`` is ignored). Trigger ``plateau``: from ``followup_start`` on, the epoch the
+    run switched at (``None``: it has not switched)."""
+    f = cfg["followup"]
+    if f.get("trigger", "epochs") == "plateau":
+        return followup_start is not None and epoch >= followup_start
+    return f["epochs"] > 0 and epoch > cfg["epochs"] - f["epochs"]
 
 
 def schedule_factor(cfg: dict[str, Any], epoch: int) -> float:
@@ -46,10 +74,11 @@ def schedule_factor(cfg: dict[str, Any], epoch: int) -> float:
     return 1.0
 
 
-def group_lrs(cfg: dict[str, Any], epoch: int) -> dict[str, float]:
+def group_lrs(cfg: dict[str, Any], epoch: int, followup_start: int | None = None) -> dict[str, float]:
+    """Each config group's lr at ``epoch``; ``followup_start`` as in :func:`in_followup`."""
     o, f = cfg["optimizer"], cfg["followup"]
     base, mult = o["lr"], dict(o["lr_mult"])
-    if in_followup(cfg, epoch):
+    if in_followup(cfg, epoch, followup_start):
         if f["lr"] is not None:
             base = f["lr"]
         mult.update(f["lr_mult"])
@@ -57,13 +86,17 @@ def group_lrs(cfg: dict[str, Any], epoch: int) -> dict[str, float]:
     return {g: base * mult[g] * factor for g in GROUPS}
 
 
-def build_optimizer(cfg: dict[str, Any], groups: dict[str, list[nn.Parameter]]) -> torch.optim.Optimizer:
+def build_optimizer(cfg: dict[str, Any], groups: dict[str, list[nn.Parameter]],
+                    linked: dict[str, tuple[list[nn.Parameter], str, float]] | None = None) -> torch.optim.Optimizer:
+    """One optimizer group per non-empty entry of ``groups``; a linked group (``linked_groups``)
+    carries its ``lr_of`` group and ``lr_ratio``, which ``set_lrs`` applies."""
     o = cfg["optimizer"]
-    lrs = group_lrs(cfg, 1)
+    links = {name: {"lr_of": group, "lr_ratio": ratio} for name, (_, group, ratio) in (linked or {}).items()}
     param_groups = [
-        {"name": g, "params": params, "lr": lrs[g], "weight_decay": o["weight_decay"] * o["wd_mult"][g]}
+        {"name": g, "params": params, "weight_decay": o["weight_decay"] * o["wd_mult"][base_group(g)], **links.get(g, {})}
         for g, params in groups.items() if params
     ]
+    set_lrs_of(param_groups, group_lrs(cfg, 1))
     kw: dict[str, Any] = {}
     if o["eps"] is not None:
         kw["eps"] = o["eps"]
@@ -79,9 +112,14 @@ def build_optimizer(cfg: dict[str, Any], groups: dict[str, list[nn.Parameter]]) 
     raise AssertionError(name)  # resolve_run_config checked the name
 
 
+def set_lrs_of(param_groups: list[dict[str, Any]], lrs: dict[str, float]) -> None:
+    for group in param_groups:
+        group["lr"] = lrs[group["lr_of"]] * group["lr_ratio"] if "lr_of" in group else lrs[group["name"]]
+
+
 def set_lrs(optimizer: torch.optim.Optimizer, lrs: dict[str, float]) -> None:
-    for group in optimizer.param_groups:
-        group["lr"] = lrs[group["name"]]
+    """Each group's lr from the config groups' ``lrs`` (``group_lrs``)."""
+    set_lrs_of(optimizer.param_groups, lrs)
 
 
 def _bn_affine_ids(model: nn.Module) -> set[int]:

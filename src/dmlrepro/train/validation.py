@@ -9,6 +9,8 @@ feeds ``validation.metric`` (MAP@R by default) to an :class:`dmlrepro.asap.Alter
   parameters with the best validation performance"; ``eval.select: best_val`` evaluates it on
   the test split at the end);
 * ``validation.patience`` evaluations without improvement stop the run (A7: in evaluations);
+  with ``followup.trigger: plateau`` the first time they do, the run instead goes on in phase 2
+  (RSW App. D, :meth:`Validation.start_followup`) and the count starts again;
 * with ``asap.enabled`` the same schedule decides the alternations (:mod:`.projections`).
 
 For ASAP one epoch is one evaluation interval E: set ``steps_per_epoch: E`` (25 CUB/Cars, 250
@@ -98,10 +100,16 @@ class Validation:
     def record_selection(self, fields: dict[str, Any]) -> None:
         self.selections.append(fields)
 
-    def finish(self) -> None:
-        """Close the open projection when the epoch cap ends the run before early stopping (and save
-        its validation embeddings, as an early stop does)."""
-        self.schedule.finish(self.t.pos["global_step"], "max_epochs")
+    def start_followup(self) -> None:
+        """Patience ran out in phase 1 of a ``followup.trigger: plateau`` run: no stop; the patience
+        count starts again from this evaluation, the best so far is kept (the log's evaluation
+        record says ``restart: "followup"``, its projection record ends with ``"followup"``)."""
+        self.schedule.restart(self.t.pos["global_step"], "followup")
+
+    def finish(self, reason: str = "max_epochs") -> None:
+        """Close the open projection when the epoch cap (or the phase-2 cap, ``followup_epochs``)
+        ends the run before early stopping (and save its validation embeddings, as an early stop does)."""
+        self.schedule.finish(self.t.pos["global_step"], reason)
         self._projection_ended(self.schedule.projection, None)
         self.write_log()
 
