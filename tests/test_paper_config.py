@@ -66,7 +66,7 @@ COUNTS = {
     "rsw_table2_cars": (5, 0),
     "rsw_table2_sop": (5, 0),
     "rsw_table3": (11, 11),
-    "rsw_table4_corruptions": (3, 2),
+    "rsw_table4_corruptions": (4, 3),
     "rsw_fig6_alpha": (20, 20),
     "rsw_fig7_k1_k2": (36, 36),
     "rsw_fig8_delta": (10, 9),
@@ -97,8 +97,8 @@ COUNTS = {
     "asap_fig2_bayes": (0, 0),   # opt-in: a Bayesian search (test_asap_fig2_is_an_opt_in_search)
 }
 PFML_TOTAL, RSW_TOTAL, ASAP_TOTAL = 450, 139, 375
-HIST_RSW = 1  # RSW Table IV's HIST column (the 10 of PFML Table 2 are in PFML_TOTAL)
-TOTAL = PFML_TOTAL + RSW_TOTAL + HIST_RSW + ASAP_TOTAL
+TABLE4_BASELINES = 2  # RSW Table IV's HIST and ProxyNCA++ columns (HIST's 10 PFML Table 2 runs are in PFML_TOTAL)
+TOTAL = PFML_TOTAL + RSW_TOTAL + TABLE4_BASELINES + ASAP_TOTAL
 TABLE1 = [name for name in COUNTS if name.startswith("pfml_table1")]
 TOY = "rsw_fig10_toy"          # digits stand in for FashionMNIST (no printed dataset to map)
 LARGE_CROP = "rsw_large"       # RSW Table I's † row: RandomResizedCrop 256 / Resize 288
@@ -190,9 +190,9 @@ def test_table1_runs_200_epochs_5_seeds_with_the_papers_m_and_width(runs):
 
 def test_epochs_everywhere_but_the_timing_runs(runs):
     for run in runs.values():
-        if run.method.startswith("rsw") or _is_asap(run) or run.method in ("pfml_mlrc", "hist"):
+        if run.method.startswith("rsw") or _is_asap(run) or run.method in ("pfml_mlrc", *TABLE4_OWN_RECIPES):
             continue  # test_rsw_per_dataset_values_of_the_released_config, test_asap_engine_settings, test_pfml_mlrc_engine,
-            # test_hist_runs_follow_the_official_readme
+            # test_table4_baselines_train_their_own_recipes_and_see_the_same_corruptions
         timing = set(run.experiments) == {"pfml_supp_table6_timing"}
         assert run.config["epochs"] == (20 if timing else 200), run.run_id
 
@@ -243,6 +243,23 @@ def test_label_noise_and_timing_settings(runs):
     assert all(run.dataset == "cars196" and run.config["dataset"]["batch_size"] == 100 for run in timing)
 
 
+TABLE4_OWN_RECIPES = ("hist", "proxy_nca_pp_rsw")
+
+
+def test_table4_baselines_train_their_own_recipes_and_see_the_same_corruptions(runs):
+    table4 = {run.method: run for run in experiment_runs(runs, "rsw_table4_corruptions")}
+    assert set(table4) == {"rsw", "rsw_eq4", *TABLE4_OWN_RECIPES}
+    for method in TABLE4_OWN_RECIPES:
+        assert table4[method].config["eval"]["corruptions"] == table4["rsw"].config["eval"]["corruptions"]
+        assert "followup" not in table4[method].config or not table4[method].config["followup"]["epochs"]
+    pnca = table4["proxy_nca_pp_rsw"].config  # ProxyNCA++'s CUB config on RSW's head (rsw spec §2.3)
+    assert pnca["loss"] == {"name": "proxy_nca", "hparams": {"softmax_scale": 9.0}}
+    assert (pnca["model"]["preset"], pnca["model"]["pool"] or "avg+max", pnca["model"]["embedding_size"]) == ("rsw", "avg+max", 512)
+    o = pnca["optimizer"]
+    assert (o["name"], o["eps"], o["lr"], o["lr"] * o["lr_mult"]["loss"]) == ("adam", 1.0, 4e-3, pytest.approx(400.0))
+    assert (pnca["dataset"]["batch_size"], pnca["dataset"]["m"], pnca["epochs"]) == (32, 4, 40)
+
+
 # HIST's official README (github.com/ljin0429/HIST): per dataset τ, α, epochs, lr, lr_ds, lr-hgnn-factor,
 # weight decay, StepLR step, BN frozen; batch 32, Adam, 1 warm-up epoch, γ 0.5, λ_s 1, HGNN hidden 512
 HIST_README = {"cub200": (32, 1.1, 40, 1.2e-4, 0.1, 5, 5e-5, 5, True), "cars196": (32, 0.9, 50, 1e-4, 0.1, 10, 1e-4, 10, True),
@@ -285,7 +302,7 @@ def test_rsw_engine_settings(runs):
     for name in RSW_TRAINED:
         for run in experiment_runs(runs, name):
             cfg = run.config
-            if run.method == "hist":  # Table IV's HIST column (test_hist_runs_follow_the_official_readme)
+            if run.method in TABLE4_OWN_RECIPES:  # Table IV's HIST and ProxyNCA++ columns (test_table4_baselines)
                 continue
             assert cfg["loss"]["name"] == "rsw", run.run_id
             assert cfg["model"]["preset"] == "rsw" and cfg["model"]["l2_normalize"] is False, run.run_id
@@ -308,7 +325,7 @@ def test_rsw_per_dataset_values_of_the_released_config(runs):
     checked = 0
     for name in [*RSW_TABLE1, "rsw_table4_corruptions", "rsw_fig6_alpha", "rsw_fig7_k1_k2", "rsw_fig8_delta"]:
         for run in experiment_runs(runs, name):
-            if run.method == "hist":  # Table IV's HIST column: its own recipe (test_hist_runs_follow_the_official_readme)
+            if run.method in TABLE4_OWN_RECIPES:  # Table IV's HIST and ProxyNCA++ columns (test_table4_baselines)
                 continue
             cfg, want = run.config, RSW_CONFIG_JSON[run.dataset]
             point = run.experiments[name]
