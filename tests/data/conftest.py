@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import tarfile
@@ -53,6 +54,7 @@ class TinyDataset:
     rows: list[tuple[str, int, str]]  # expected manifest rows (path, label, split), file order
     item_ids: list[str] | None = None
     counts: dict[str, int] = field(default_factory=dict)
+    pixels: dict[str, np.ndarray] = field(default_factory=dict)  # manifest path -> expected image (IDX data)
 
     @property
     def md5(self) -> dict[str, str]:
@@ -146,6 +148,35 @@ def tiny_inshop() -> TinyDataset:
             items.append(item)
     part = f"{len(lines)}\nimage_name item_id evaluation_status\n" + "\n".join(lines) + "\n"
     return TinyDataset("inshop", {"img.zip": make_zip(members), "list_eval_partition.txt": part.encode()}, rows, items)
+
+
+def idx_bytes(array: np.ndarray, magic: int) -> bytes:
+    """An uncompressed IDX file: big-endian uint32 magic and dims, then the uint8 data."""
+    head = magic.to_bytes(4, "big") + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
+    return head + np.ascontiguousarray(array, dtype=np.uint8).tobytes()
+
+
+def gz(data: bytes) -> bytes:
+    return gzip.compress(data, mtime=0)
+
+
+def tiny_mnist(name: str = "mnist", train_per_class: int = 3, test_per_class: int = 2) -> TinyDataset:
+    """The four MNIST .gz files (in the release's order) with random 28x28 images, 3 per class in
+    train and 2 in test by default, classes interleaved as in the release; ``pixels``: manifest path -> image."""
+    files, rows, pixels = {}, [], {}
+    for seed, (split, prefix, per_class) in enumerate((("train", "train", train_per_class),
+                                                       ("test", "t10k", test_per_class))):
+        rng = np.random.default_rng(seed)
+        labels = np.concatenate([rng.permutation(10) for _ in range(per_class)]).astype(np.uint8)
+        images = rng.integers(0, 256, (len(labels), 28, 28), dtype=np.uint8)
+        images[:, 0, :2] = (0, 255)  # both extremes in every image
+        files[f"{prefix}-images-idx3-ubyte.gz"] = gz(idx_bytes(images, 2051))
+        files[f"{prefix}-labels-idx1-ubyte.gz"] = gz(idx_bytes(labels, 2049))
+        for i, (img, lab) in enumerate(zip(images, labels.tolist())):
+            path = f"images/{split}/{lab}/{i:05d}.png"
+            rows.append((path, lab, split))
+            pixels[path] = img
+    return TinyDataset(name, files, rows, pixels=pixels)
 
 
 TINY = {"cub200": tiny_cub, "cars196": tiny_cars, "sop": tiny_sop, "inshop": tiny_inshop}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 
 import pytest
 
@@ -32,7 +33,7 @@ def assert_not_prepared(root, name):
     if ds.exists():
         hidden = [p.name for p in ds.iterdir() if p.name.startswith((".staging-", ".extract-"))]
         assert hidden == []
-        layout = {"CUB_200_2011", "car_ims", "Stanford_Online_Products", "Img", "Eval", "cars_annos.mat"}
+        layout = {"CUB_200_2011", "car_ims", "Stanford_Online_Products", "Img", "Eval", "cars_annos.mat", "images", "raw"}
         assert not layout & {p.name for p in ds.iterdir()}
     with pytest.raises(ManifestError, match="manifest not found"):
         read_manifest(ds)
@@ -227,7 +228,7 @@ def test_cli(tmp_path, server, capsys):
     assert "images=12" in capsys.readouterr().out
     assert cli_main(["list", "--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "cub200     prepared" in out and "sop        not prepared" in out
+    assert re.search(r"^cub200 +prepared ", out, re.M) and re.search(r"^sop +not prepared ", out, re.M)
     assert cli_main(["prepare", "cub200", "--root", str(tmp_path), "--seed", "3"]) == 2
     assert "--seed only apply to generated datasets" in capsys.readouterr().err
 

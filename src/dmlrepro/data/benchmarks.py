@@ -1,9 +1,11 @@
-"""The four real benchmarks: where their files come from and how their layouts become manifests.
+"""The real benchmarks: where their files come from and how their layouts become manifests.
 
 Sources, md5s and split rules: specs/reference-implementations.md §2 and §5; counts: the papers
 (PFML §4.1, RSW §IV-A, ASAP A.2). Labels are the official class id - 1; the zero-shot split puts
 the first half of the sorted classes in ``train`` (CUB 0-99, Cars 0-97) and SOP follows
 ``Ebay_train.txt`` / ``Ebay_test.txt``. In-Shop keeps the official train/query/gallery partition.
+MNIST and Fashion-MNIST (ASAP's proof of concept, RSW Fig. 10) keep the official 60,000 / 10,000
+train/test files: not class-disjoint, the same 10 classes are in both splits.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ class Benchmark:
     name: str
     title: str
     resources: tuple[Resource, ...]
-    read_layout: Callable[[Path], Rows]
+    read_layout: Callable[..., Rows]  # (staging folder, *, progress) -> rows
     expected_counts: Mapping[str, int]
     placement: str  # what to place where, shown in errors and docs
 
@@ -82,7 +84,7 @@ def _split_table(path: Path, ncols: int, header: bool, archive: str) -> list[lis
     return rows
 
 
-def read_cub(staging: Path) -> Rows:
+def read_cub(staging: Path, *, progress: bool = False) -> Rows:
     """CUB_200_2011/{images.txt, image_class_labels.txt, images/} -> label = class id - 1."""
     arch = "CUB_200_2011.tgz"
     images = _split_table(_need(staging, "CUB_200_2011/images.txt", "image id -> path", arch), 2, False, arch)
@@ -96,7 +98,7 @@ def read_cub(staging: Path) -> Rows:
     return Rows(paths, labels, standard_split(labels))
 
 
-def read_cars(staging: Path) -> Rows:
+def read_cars(staging: Path, *, progress: bool = False) -> Rows:
     """cars_annos.mat (annotations.relative_im_path, .class) + car_ims/ -> label = class - 1."""
     from scipy.io import loadmat
 
@@ -115,7 +117,7 @@ def read_cars(staging: Path) -> Rows:
     return Rows(rel, labels, standard_split(labels))
 
 
-def read_sop(staging: Path) -> Rows:
+def read_sop(staging: Path, *, progress: bool = False) -> Rows:
     """Stanford_Online_Products/Ebay_{train,test}.txt: image_id class_id super_class_id path."""
     arch = "Stanford_Online_Products.zip"
     paths, labels, splits = [], [], []
@@ -128,7 +130,7 @@ def read_sop(staging: Path) -> Rows:
     return Rows(paths, labels, splits)
 
 
-def read_inshop(staging: Path) -> Rows:
+def read_inshop(staging: Path, *, progress: bool = False) -> Rows:
     """Eval/list_eval_partition.txt (count line, header line, then image_name item_id status) + Img/img/.
 
     Labels: training item ids sorted -> 0..T-1, then query/gallery item ids sorted -> T.. (as
@@ -163,6 +165,13 @@ def read_inshop(staging: Path) -> Rows:
         splits=[r[2] for r in rows],
         item_ids=[r[1] for r in rows],
     )
+
+
+def read_mnist(staging: Path, *, progress: bool = True) -> Rows:
+    """raw/*-idx?-ubyte.gz -> one grey PNG per image (dmlrepro.data.idx), split train/test."""
+    from .idx import read_idx_layout  # idx imports LayoutError and Rows from this module
+
+    return read_idx_layout(staging, progress=progress)
 
 
 # -------------------------------------------------------------------------------- registry
@@ -224,7 +233,45 @@ INSHOP = Benchmark(
     "'Eval/list_eval_partition.txt') from the DeepFashion Google Drive "
     "(mmlab.ie.cuhk.edu.hk/projects/DeepFashion.html); no md5 is published",
 )
-BENCHMARKS = {b.name: b for b in (CUB, CARS, SOP, INSHOP)}
+# MNIST and Fashion-MNIST: file names, md5s and the first mirror copied from torchvision 0.29
+# (torchvision/datasets/mnist.py, classes MNIST and FashionMNIST: `mirrors`, `resources`); the
+# files go to raw/, where dmlrepro.data.idx reads them.
+def _idx_resources(mirror: str, resources: Sequence[tuple[str, str]]) -> tuple[Resource, ...]:
+    return tuple(Resource(name, md5, (mirror + name,), extract_to=None, place_at=f"raw/{name}")
+                 for name, md5 in resources)
+
+
+MNIST_COUNTS = {"images": 70000, "classes": 10, "train_images": 60000, "train_classes": 10,
+                "test_images": 10000, "test_classes": 10}
+MNIST = Benchmark(
+    name="mnist",
+    title="MNIST",
+    resources=_idx_resources("https://ossci-datasets.s3.amazonaws.com/mnist/", [
+        ("train-images-idx3-ubyte.gz", "f68b3c2dcbeaaa9fbdd348bbdeb94873"),
+        ("train-labels-idx1-ubyte.gz", "d53e105ee54ea40749a09fcbcd1e9432"),
+        ("t10k-images-idx3-ubyte.gz", "9fb629c4189551a2d022fa330f9573f3"),
+        ("t10k-labels-idx1-ubyte.gz", "ec29112dd5afa0611ce80d1b7f02629c"),
+    ]),
+    read_layout=read_mnist,
+    expected_counts=MNIST_COUNTS,
+    placement="the four *-idx?-ubyte.gz files of the release (downloaded automatically from torchvision's "
+    "mirror ossci-datasets.s3.amazonaws.com/mnist; originally yann.lecun.com/exdb/mnist)",
+)
+FASHION_MNIST = Benchmark(
+    name="fashion_mnist",
+    title="Fashion-MNIST",
+    resources=_idx_resources("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/", [
+        ("train-images-idx3-ubyte.gz", "8d4fb7e6c68d591d4c3dfef9ec88bf0d"),
+        ("train-labels-idx1-ubyte.gz", "25c81989df183df01b3e8a0aad5dffbe"),
+        ("t10k-images-idx3-ubyte.gz", "bef4ecab320f06d8554ea6380940ec79"),
+        ("t10k-labels-idx1-ubyte.gz", "bb300cfdad3c16e7a12a480ee83cd310"),
+    ]),
+    read_layout=read_mnist,
+    expected_counts=MNIST_COUNTS,
+    placement="the four *-idx?-ubyte.gz files of the release (downloaded automatically from Zalando's "
+    "fashion-mnist.s3-website.eu-central-1.amazonaws.com; github.com/zalandoresearch/fashion-mnist)",
+)
+BENCHMARKS = {b.name: b for b in (CUB, CARS, SOP, INSHOP, MNIST, FASHION_MNIST)}
 
 
 # --------------------------------------------------------------------------------- prepare
@@ -335,7 +382,7 @@ def prepare_benchmark(
             for child in tmp.iterdir():
                 os.replace(child, dst_dir / child.name)
             tmp.rmdir()
-        rows = bench.read_layout(staging)
+        rows = bench.read_layout(staging, progress=progress)
     except BaseException:
         discard_staging(staging)
         raise

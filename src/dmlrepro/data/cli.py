@@ -3,6 +3,7 @@
     python -m dmlrepro.data.cli list
     python -m dmlrepro.data.cli prepare cub200 --root data
     python -m dmlrepro.data.cli prepare cars196 --root data --archive ~/dl/car_ims.tgz --archive ~/dl/cars_annos.mat
+    python -m dmlrepro.data.cli prepare mnist --root data
     python -m dmlrepro.data.cli prepare synthetic --root data --seed 0
 """
 
@@ -44,9 +45,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.cmd == "list":
+        width = max(map(len, DATASETS))
         for name in DATASETS:
             state = "prepared" if is_prepared(args.root, name) else "not prepared"
-            print(f"{name:10s} {state:13s} {describe(name)}")
+            print(f"{name:{width}s} {state:13s} {describe(name)}")
         return 0
     params = {}
     embedded_opts = {"--seed": args.seed, "--num-classes": args.num_classes, "--images-per-class": args.images_per_class}

@@ -7,9 +7,10 @@ column     type    meaning
 =========  ======  ==========================================================================
 path       str     image path, POSIX, relative to the folder that holds ``manifest.csv``
 label      int     class id >= 0, global over the whole dataset (classes of different splits
-                   never share an id); CUB/Cars/SOP: the official class id - 1
-split      str     ``train`` | ``test`` (zero-shot split); In-Shop: ``train`` | ``query`` |
-                   ``gallery``
+                   never share an id, except in MNIST/Fashion-MNIST, whose train and test hold
+                   the same 10 classes); CUB/Cars/SOP: the official class id - 1
+split      str     ``train`` | ``test`` (zero-shot split; MNIST/Fashion-MNIST: the official
+                   files); In-Shop: ``train`` | ``query`` | ``gallery``
 item_id    str     optional; In-Shop's original item id (``id_00000002``)
 =========  ======  ==========================================================================
 

@@ -1,15 +1,20 @@
 """Registry of datasets by the names used in config, and one ``prepare`` entry point.
 
-=========  =====================================  ==========================================
-name       dataset                                source
-=========  =====================================  ==========================================
-cub200     CUB-200-2011                           downloaded (data.caltech.edu), md5 checked
-cars196    Cars-196                               user URL or user-placed files, md5 checked
-sop        Stanford Online Products               downloaded (Stanford FTP) or placed, md5
-inshop     In-Shop Clothes Retrieval              user-placed files (no md5 published)
-synthetic  generated fine-grained shapes          generated from a seed, no network
-digits     scikit-learn handwritten digits        shipped with scikit-learn, no network
-=========  =====================================  ==========================================
+=============  =================================  ==========================================
+name           dataset                            source
+=============  =================================  ==========================================
+cub200         CUB-200-2011                       downloaded (data.caltech.edu), md5 checked
+cars196        Cars-196                           user URL or user-placed files, md5 checked
+sop            Stanford Online Products           downloaded (Stanford FTP) or placed, md5
+inshop         In-Shop Clothes Retrieval          user-placed files (no md5 published)
+mnist          MNIST handwritten digits           downloaded (torchvision's S3 mirror), md5
+fashion_mnist  Fashion-MNIST (Zalando)            downloaded (Zalando's S3 bucket), md5
+synthetic      generated fine-grained shapes      generated from a seed, no network
+digits         scikit-learn handwritten digits    shipped with scikit-learn, no network
+=============  =================================  ==========================================
+
+MNIST and Fashion-MNIST keep the official train/test files: the same 10 classes in both splits
+(not a zero-shot split).
 """
 
 from __future__ import annotations
