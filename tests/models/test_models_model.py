@@ -29,6 +29,7 @@ EXPECTED = {
     "resnet10t": (512, 32),
     "mobilenetv3_small_100": (576, 32),
     "tiny_cnn": (128, 32),
+    "resnetv2_20": (256, 32),
 }
 
 

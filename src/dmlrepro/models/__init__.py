@@ -1,4 +1,4 @@
-"""Models: backbones by name (timm + BN-Inception), pooling, embedding heads, weight cache.
+"""Models: backbones by name (timm + BN-Inception + ResNetV2-20), pooling, embedding heads, weight cache.
 
 Entry point (timm style)::
 
@@ -31,6 +31,7 @@ from .model import (
     parameter_groups,
     unfreeze_batchnorm,
 )
+from .resnet_v2 import ResNet20V2
 from .weights import (
     WEIGHTS,
     ChecksumMismatchError,
@@ -57,6 +58,7 @@ __all__ = [
     "register_backbone",
     "resolve_backbone_name",
     "BNInception",
+    "ResNet20V2",
     "CNN_POOLS",
     "TOKEN_POOLS",
     "HEADS",

@@ -21,6 +21,7 @@ from torch import nn
 
 from .bn_inception import INPUT_CONFIG as _BNI_INPUT
 from .bn_inception import BNInception
+from .resnet_v2 import ResNet20V2
 
 __all__ = [
     "BackboneSpec",
@@ -41,7 +42,7 @@ IMAGENET_INPUT = {
     "mean": (0.485, 0.456, 0.406),
     "std": (0.229, 0.224, 0.225),
 }
-HALF_INPUT = {  # timm AugReg ViTs (Google ViT convention)
+HALF_INPUT = {  # timm AugReg ViTs (Google ViT convention); resnetv2_20 (greyscale digits, from scratch)
     "input_convention": "rgb_half",
     "input_space": "RGB",
     "input_range": (0, 1),
@@ -72,6 +73,8 @@ ALIASES: dict[str, str] = {
     "vit_small": "vit_small_patch16_224",
     "dino_vit_s16": "dino_vits16",
     "vit_small_patch16_224.dino": "dino_vits16",
+    "resnet_v2_20": "resnetv2_20",  # ASAP's "ResNetV2-20"
+    "resnet20v2": "resnetv2_20",  # Keras cifar10_resnet's model_type "ResNet20v2"
 }
 
 
@@ -238,5 +241,18 @@ register_backbone(
         "avg",
         None,
         description="4 conv-BN-ReLU layers, 128-d; the embedded default's CPU backbone (32-48 px)",
+    )
+)
+# ASAP's MNIST trunk. rgb_half: (x - 0.5) / 0.5 per channel; the ImageNet statistics mean
+# nothing for grey digits replicated to 3 equal channels and trained from scratch.
+register_backbone(
+    BackboneSpec(
+        "resnetv2_20",
+        lambda **kw: ResNet20V2(**kw),
+        "cnn",
+        "avg",
+        None,
+        input_config=dict(HALF_INPUT),
+        description="ResNetV2-20 (pre-activation bottleneck, ccp-dml CifarResNet); 256-d; ASAP MNIST, random init",
     )
 )
