@@ -7,7 +7,7 @@ import pytest
 
 from dmlrepro.data.benchmarks import BENCHMARKS, read_cars, read_cub, read_sop
 from dmlrepro.data.manifest import Manifest, ManifestError, check_counts
-from dmlrepro.data.splits import holdout_split, kfold_class_splits, split_indices, standard_split
+from dmlrepro.data.splits import holdout_split, kfold_class_splits, sample_holdout, split_indices, standard_split
 
 from .conftest import cars_mat_bytes
 
@@ -138,6 +138,39 @@ def test_holdout_rsw():
     assert len(tr) == len(va) == 5659 and tr[-1] == 5658  # RSW: class_id - 1 < 5659
 
 
+def brute_force_sample_holdout(labels, fraction):
+    """Per class, walk its images backwards in manifest order and hold out round(fraction · n_c)
+    of them, at least 1 and at most n_c − 1."""
+    val = set()
+    for c in set(labels):
+        pos = [i for i, l in enumerate(labels) if l == c]
+        k = round(len(pos) * fraction)
+        k = min(max(k, 1), len(pos) - 1)
+        val |= set(pos[::-1][:k])
+    return sorted(set(range(len(labels))) - val), sorted(val)
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.25, 0.5, 0.9])
+def test_sample_holdout_equals_brute_force(fraction):
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 7, 200).tolist() + [9]  # class 9 has one image: it only trains
+    tr, va = sample_holdout(labels, fraction)
+    assert (tr.tolist(), va.tolist()) == brute_force_sample_holdout(labels, fraction)
+    assert 9 not in {labels[i] for i in va}
+    assert {labels[i] for i in va} == set(range(7))  # every class with two or more images validates
+
+
+def test_sample_holdout_mnist_size():
+    """MNIST's 60,000 training images, ~6,000 per digit: 10 % of each class validate (5,999 after rounding per class)."""
+    counts = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]  # MNIST train per digit
+    labels = np.random.default_rng(0).permutation(np.repeat(np.arange(10), counts))
+    tr, va = sample_holdout(labels, 0.1)
+    assert len(va) == sum(round(n * 0.1) for n in counts) == 5999 and len(tr) == 54001
+    assert np.bincount(labels[va]).tolist() == [round(n * 0.1) for n in counts]
+    with pytest.raises(ValueError, match="fraction"):
+        sample_holdout(labels, 1.0)
+
+
 def test_split_indices_on_manifest():
     labels = np.repeat(np.arange(8), 2)
     splits = np.where(labels < 4, "train", "test")
@@ -148,6 +181,9 @@ def test_split_indices_on_manifest():
     tr = split_indices(m, "fold_train", fold=1, scheme="linspace")
     assert sorted(set(labels[tr].tolist())) == [0, 2, 3]
     assert labels[split_indices(m, "holdout_val")].tolist() == [2, 2, 3, 3]
+    val = split_indices(m, "samples_val", fraction=0.5)  # not class-disjoint: one image of each training class
+    assert val.tolist() == [1, 3, 5, 7]
+    assert split_indices(m, "samples_train", fraction=0.5).tolist() == [0, 2, 4, 6]
     with pytest.raises(ValueError, match="needs fold"):
         split_indices(m, "fold_val")
     with pytest.raises(ValueError, match="unknown subset"):

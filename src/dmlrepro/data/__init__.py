@@ -10,7 +10,7 @@ import importlib
 
 from .manifest import Manifest, ManifestError, read_manifest, write_manifest
 from .registry import DATASETS, load, prepare
-from .splits import holdout_split, kfold_class_splits, split_indices, standard_split
+from .splits import holdout_split, kfold_class_splits, sample_holdout, split_indices, standard_split
 
 _LAZY = {
     "ManifestDataset": "dataset",
@@ -35,5 +35,5 @@ def __getattr__(name: str):
 
 __all__ = [
     "DATASETS", "Manifest", "ManifestError", "load", "prepare", "read_manifest", "write_manifest",
-    "standard_split", "kfold_class_splits", "holdout_split", "split_indices", *_LAZY,
+    "standard_split", "kfold_class_splits", "holdout_split", "sample_holdout", "split_indices", *_LAZY,
 ]

@@ -1,4 +1,4 @@
-"""Class-disjoint splits.
+"""Class-disjoint splits, and one sample-level split.
 
 * ``standard_split``: the zero-shot protocol — first half of the sorted classes ``train``, second
   half ``test`` (PFML §4.1, RSW §IV-A; SOP instead follows Ebay_train/test.txt).
@@ -10,6 +10,9 @@
   ``scheme="linspace"`` is ASAP's later code (asap.md §3.2): partitions cut at
   ``np.linspace(0, C, k + 1)`` (truncated to int), fold p validates on partition p.
 * ``holdout_split``: RSW's 50/50 train/val split of the training classes (rsw.md §4.1).
+* ``sample_holdout``: not class-disjoint — the last ``fraction`` of each training class's images
+  (in manifest order) validate: ASAP's MNIST proof of concept, "10 % of train as validation"
+  (asap.md §6 PT-3, a proposal; per class so that every class is validated).
 """
 
 from __future__ import annotations
@@ -69,23 +72,44 @@ def holdout_split(train_classes: Sequence[int], val_fraction: float = 0.5) -> tu
     return classes[:n_tr], classes[n_tr:]
 
 
+def sample_holdout(labels: Sequence[int], fraction: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
+    """(train positions, validation positions) into ``labels``: per class, the last
+    ``round(fraction · n_c)`` positions validate (at least one of a class with two or more images),
+    the rest train; both sorted."""
+    labels = np.asarray(labels)
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"sample_holdout: fraction must be in (0, 1), got {fraction}")
+    val = []
+    for c in np.unique(labels):
+        pos = np.flatnonzero(labels == c)
+        n_val = min(max(int(round(len(pos) * fraction)), 1), len(pos) - 1)
+        val.append(pos[len(pos) - n_val:])
+    val = np.sort(np.concatenate(val)) if val else np.zeros(0, dtype=int)
+    return np.setdiff1d(np.arange(len(labels)), val), val
+
+
 def split_indices(
     manifest: Manifest,
     subset: str,
     fold: int | None = None,
     n_folds: int = 4,
     scheme: Literal["mlrc", "linspace"] = "mlrc",
+    fraction: float = 0.1,
 ) -> np.ndarray:
     """Row indices of a subset of a manifest.
 
     ``subset``: ``train`` | ``test`` | ``query`` | ``gallery`` (as in the manifest), or with a
     ``fold``: ``fold_train`` | ``fold_val`` (class-disjoint k-fold inside ``train``), or
-    ``holdout_train`` | ``holdout_val`` (50/50 class split of ``train``, no fold).
+    ``holdout_train`` | ``holdout_val`` (50/50 class split of ``train``, no fold), or
+    ``samples_train`` | ``samples_val`` (the last ``fraction`` of each class's ``train`` images validate).
     """
     if subset in ("train", "test", "query", "gallery"):
         return manifest.indices(subset)
     train_idx = manifest.indices("train")
     labels = manifest.labels[train_idx]
+    if subset in ("samples_train", "samples_val"):
+        tr, va = sample_holdout(labels, fraction)
+        return train_idx[tr if subset == "samples_train" else va]
     if subset in ("holdout_train", "holdout_val"):
         tr, va = holdout_split(np.unique(labels))
         keep = tr if subset == "holdout_train" else va
@@ -97,6 +121,6 @@ def split_indices(
     else:
         raise ValueError(
             f"split_indices: unknown subset {subset!r}; expected train, test, query, gallery, "
-            "fold_train, fold_val, holdout_train or holdout_val"
+            "fold_train, fold_val, holdout_train, holdout_val, samples_train or samples_val"
         )
     return train_idx[np.isin(labels, keep)]

@@ -43,7 +43,7 @@ OPTIMIZERS = ("adam", "adamw", "rmsprop", "sgd")
 SCHEDULES = ("none", "step", "cosine")
 SAMPLERS = ("random", "m_per_class")
 SELECT = ("last", "best_test", "best_val")
-VALIDATION_SPLITS = ("fold", "holdout")
+VALIDATION_SPLITS = ("fold", "holdout", "samples")
 FOLD_SCHEMES = ("linspace", "mlrc")
 DISTANCES = ("cosine", "euclidean")
 PROXY_METRICS = ("w2", "avg_dtp")
@@ -132,7 +132,8 @@ DEFAULTS: dict[str, Any] = {
     # class-disjoint validation inside the training classes (MLRC / ASAP protocol, asap.md §2.5, §3.2):
     # the model trains on the rest of the training classes and is evaluated on these every epoch
     "validation": {
-        "split": None,  # null | fold (fold k of n_folds) | holdout (RSW's 50/50 class split)
+        "split": None,  # null | fold (fold k of n_folds) | holdout (RSW's 50/50 class split) | samples (below)
+        "fraction": 0.1,  # split samples: the last fraction of each training class's images validate (ASAP MNIST)
         "fold": 0,
         "n_folds": 4,
         "scheme": "linspace",  # linspace (ASAP's code) | mlrc (powerful-benchmarker's MLRCSplitManager)
@@ -195,6 +196,7 @@ LATE_DEFAULTS: dict[tuple[str | None, str], Any] = {
     (None, "asap"): DEFAULTS["asap"],
     ("asap", "proxies"): "trainable",
     ("followup", "trigger"): "epochs",
+    ("validation", "fraction"): 0.1,
 }
 
 
@@ -529,6 +531,9 @@ def _check_validation(cfg: dict) -> None:
     _choice(cfg, "validation.metric", ("map@r", "r_precision", "precision@1", "recall@1"))
     _num(cfg, "validation.patience", lo=1, integer=True, allow_none=True)
     _num(cfg, "validation.min_delta", lo=0)
+    _num(cfg, "validation.fraction", lo=0, lo_open=True)
+    if v["fraction"] >= 1:
+        raise _err("validation.fraction", v["fraction"], "a number < 1 (the share of each class's images that validate)")
     if v["split"] is None:
         if cfg["eval"]["select"] == "best_val":
             raise _err("eval.select", "best_val", "'last' or 'best_test' without a validation.split")

@@ -110,13 +110,14 @@ def noisy_labels(dcfg: dict[str, Any], manifest) -> str | None:
 
 
 def validation_rows(vcfg: dict[str, Any] | None, manifest) -> tuple[np.ndarray, np.ndarray] | None:
-    """(train rows, validation rows) of the run's class-disjoint validation split of the training
-    classes (``validation.split``: fold k of n_folds, or RSW's 50/50 holdout), or None."""
+    """(train rows, validation rows) of the run's validation split of the training split
+    (``validation.split``: fold k of n_folds or RSW's 50/50 holdout, class-disjoint; or
+    ``samples``, a fraction of each class's images), or None."""
     from dmlrepro.data.splits import split_indices
 
     if not vcfg or vcfg["split"] is None:
         return None
-    kw = dict(fold=vcfg["fold"], n_folds=vcfg["n_folds"], scheme=vcfg["scheme"])
+    kw = dict(fold=vcfg["fold"], n_folds=vcfg["n_folds"], scheme=vcfg["scheme"], fraction=vcfg.get("fraction", 0.1))
     try:
         return tuple(split_indices(manifest, f"{vcfg['split']}_{part}", **kw) for part in ("train", "val"))
     except ValueError as e:
