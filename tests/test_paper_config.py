@@ -2,7 +2,8 @@
 
 The config must validate against the workflow schema, resolve to the run counts of the tables in
 docs/paper-config.md (a config edit that adds, drops or un-shares runs fails here), train only on
-the real benchmarks at 224 px (RSW's large-crop row at 256 px, its toy on digits), and carry PFML
+the real benchmarks at 224 px (RSW's large-crop row at 256 px, its toy on FashionMNIST, ASAP's proof of
+concept on MNIST), and carry PFML
 supp. Table 5's values — checked against the paper's own transcription in
 config/reported/pfml_supp_table5.csv, not against the config's text — and the RSW code's
 per-dataset values (shared/specs/rsw.md §3.4, transcribed below); ASAP's per-dataset values (asap.md §2.6)
@@ -18,12 +19,14 @@ import yaml
 from snakemake.utils import validate
 
 from dmlrepro.runs import experiment_runs, resolve_runs
+from dmlrepro.train import resolve_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config" / "paper.yaml"
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 REAL = {"cub200", "cars196", "sop", "inshop"}
-PRINTED = {"cub200": "CUB-200-2011", "cars196": "Cars-196", "sop": "SOP", "inshop": "In-Shop"}
+PRINTED = {"cub200": "CUB-200-2011", "cars196": "Cars-196", "sop": "SOP", "inshop": "In-Shop",
+           "mnist": "MNIST", "fashion_mnist": "FashionMNIST"}
 
 # experiment -> (runs it resolves to, new runs after deduplication in this order); docs/paper-config.md
 COUNTS = {
@@ -56,9 +59,9 @@ COUNTS = {
     "pfml_supp_fig2_tsne": (1, 0),
     "pfml_fig2_toy_field": (0, 0),
     # RSW (spec §6 T1a-T1d, T2-T4, T6-T8, T11-T13; Tables V-VIII published only)
-    "rsw_table1": (5, 5),
-    "rsw_table1_cars": (5, 5),
-    "rsw_table1_sop": (5, 5),
+    "rsw_table1": (10, 10),        # T1a + T1e (the ProxyNCA++ rerun)
+    "rsw_table1_cars": (10, 10),
+    "rsw_table1_sop": (10, 10),
     "rsw_table1_noval_cub": (15, 15),
     "rsw_table1_noval_cars": (15, 15),
     "rsw_table1_noval_sop": (15, 15),
@@ -66,7 +69,7 @@ COUNTS = {
     "rsw_table2_cars": (5, 0),
     "rsw_table2_sop": (5, 0),
     "rsw_table3": (11, 11),
-    "rsw_table4_corruptions": (4, 3),
+    "rsw_table4_corruptions": (4, 2),  # Warped-Softmax and ProxyNCA++ are Table I's seed-0 CUB runs
     "rsw_fig6_alpha": (20, 20),
     "rsw_fig7_k1_k2": (36, 36),
     "rsw_fig8_delta": (10, 9),
@@ -93,14 +96,19 @@ COUNTS = {
     "asap_fig4b_steps": (4, 0),
     "asap_fig7_geometry": (1, 1),
     "asap_fig8_batch": (64, 48),
+    "asap_fig1_mnist_poc": (1, 1),   # PT-3: proxy-based C2-ASAP on MNIST
+    "asap_mnist_samples": (2, 1),    # PT-3: + the sample-based run
     "asap_cost_profile": (32, 0),
     "asap_fig2_bayes": (0, 0),   # opt-in: a Bayesian search (test_asap_fig2_is_an_opt_in_search)
 }
-PFML_TOTAL, RSW_TOTAL, ASAP_TOTAL = 450, 139, 375
-TABLE4_BASELINES = 2  # RSW Table IV's HIST and ProxyNCA++ columns (HIST's 10 PFML Table 2 runs are in PFML_TOTAL)
-TOTAL = PFML_TOTAL + RSW_TOTAL + TABLE4_BASELINES + ASAP_TOTAL
+PFML_TOTAL, RSW_TOTAL, ASAP_TOTAL = 450, 139, 377
+# RSW's baseline reruns: Table IV's HIST column (HIST's 10 PFML Table 2 runs are in PFML_TOTAL) and the 15
+# ProxyNCA++ runs of Table I (T1e), whose CUB seed-0 run is Table IV's ProxyNCA++ column
+RSW_BASELINES = 1 + 15
+TOTAL = PFML_TOTAL + RSW_TOTAL + RSW_BASELINES + ASAP_TOTAL
 TABLE1 = [name for name in COUNTS if name.startswith("pfml_table1")]
-TOY = "rsw_fig10_toy"          # digits stand in for FashionMNIST (no printed dataset to map)
+TOY = "rsw_fig10_toy"          # FashionMNIST, tiny CNN, 2-d (spec §4.3)
+MNIST_POC = {"asap_fig1_mnist_poc", "asap_mnist_samples"}  # ASAP PT-3
 LARGE_CROP = "rsw_large"       # RSW Table I's † row: RandomResizedCrop 256 / Resize 288
 
 # RSW spec §3.4, the official code's Image-Retrieval/config.json, per dataset:
@@ -153,12 +161,16 @@ def _is_asap(run):
 def test_only_the_real_benchmarks_at_224_px(runs):
     """At 224 px (RSW's large crop 256/288); ASAP's 227/256 (spec §2.2) in test_asap_engine_settings."""
     for run in runs.values():
+        if set(run.experiments) <= MNIST_POC:  # test_asap_mnist_proof_of_concept
+            assert run.dataset == "mnist" and run.config["dataset"]["name"] == "mnist", run.run_id
+            continue
         if _is_asap(run) or run.method == "pfml_mlrc":  # MLRC's 227 px: test_asap_engine_settings, test_pfml_mlrc_engine
             assert run.dataset in REAL and run.config["dataset"]["name"] == run.dataset, run.run_id
             continue
         dataset = run.config["dataset"]
         if set(run.experiments) == {TOY}:
-            assert run.dataset == "digits" and run.config["model"]["embedding_size"] == 2, run.run_id
+            assert run.dataset == "fashion_mnist" and run.config["model"]["embedding_size"] == 2, run.run_id
+            assert dataset["test_split"] == "train", run.run_id  # "the train example overfits": the train split is plotted
             continue
         assert run.dataset in REAL and dataset["name"] == run.dataset, run.run_id
         size = (256, 288) if run.method == LARGE_CROP else (224, 256)
@@ -171,9 +183,6 @@ def test_report_blocks_name_the_printed_datasets(config):
     for name, experiment in config["experiments"].items():
         mapping = (experiment.get("report") or {}).get("datasets") or {}
         for dataset in experiment["datasets"]:
-            if name == TOY:
-                assert dataset == "digits" and dataset not in mapping  # a stand-in: no Δ against the paper
-                continue
             assert mapping.get(dataset) == PRINTED[dataset], (name, dataset)
 
 
@@ -244,6 +253,29 @@ def test_label_noise_and_timing_settings(runs):
 
 
 TABLE4_OWN_RECIPES = ("hist", "proxy_nca_pp_rsw")
+
+
+def test_table1_proxy_nca_pp_rerun_follows_the_official_configs(runs):
+    """T1e: ProxyNCA++ with max+avg pooling beside Warped-Softmax in the with-validation block; its
+    official cub.json (CUB, and Cars: cars.json was never released) and sop.json [X euwern/proxynca_pp]."""
+    official = {"cub200": (32, 4, 4e-3, 400.0, 40, True), "cars196": (32, 4, 4e-3, 400.0, 40, True),
+                "sop": (192, 3, 0.024, 240.0, 80, False)}  # batch, per class, lr, proxy lr, epochs, NMI
+    found = {}
+    for name in ("rsw_table1", "rsw_table1_cars", "rsw_table1_sop"):
+        pnca = [run for run in experiment_runs(runs, name) if run.method == "proxy_nca_pp_rsw"]
+        assert sorted(run.seed for run in pnca) == [0, 1, 2, 3, 4], name
+        for run in pnca:
+            c = run.config
+            assert c["loss"] == {"name": "proxy_nca", "hparams": {"softmax_scale": 9.0}}
+            assert (c["model"]["preset"], c["model"]["embedding_size"], c["optimizer"]["eps"]) == ("rsw", 512, 1.0)
+            assert "followup" not in c or not c["followup"]["epochs"], run.run_id  # one phase, no RSW values
+            o = c["optimizer"]
+            found[run.dataset] = (c["dataset"]["batch_size"], c["dataset"]["m"], o["lr"],
+                                  pytest.approx(o["lr"] * o["lr_mult"]["loss"]), c["epochs"], c["eval"]["nmi"])
+    assert found == official
+    t1e_cub0 = {run.run_id for run in experiment_runs(runs, "rsw_table1") if run.method == "proxy_nca_pp_rsw" and run.seed == 0}
+    table4 = {run.run_id for run in experiment_runs(runs, "rsw_table4_corruptions") if run.method == "proxy_nca_pp_rsw"}
+    assert t1e_cub0 == table4
 
 
 def test_table4_baselines_train_their_own_recipes_and_see_the_same_corruptions(runs):
@@ -367,9 +399,9 @@ def test_rsw_runs_shared_between_targets(runs):
     the corruptions); Fig. 8's k = 1.5 point is the Cars seed-0 one."""
     for table1, table2 in (("rsw_table1", "rsw_table2"), ("rsw_table1_cars", "rsw_table2_cars"),
                            ("rsw_table1_sop", "rsw_table2_sop")):
-        ids = {run.run_id for run in experiment_runs(runs, table1)}
+        ids = {run.run_id for run in experiment_runs(runs, table1) if run.method == "rsw"}
         assert {run.run_id for run in experiment_runs(runs, table2)} == ids
-    cub0 = next(run for run in experiment_runs(runs, "rsw_table1") if run.seed == 0)
+    cub0 = next(run for run in experiment_runs(runs, "rsw_table1") if run.seed == 0 and run.method == "rsw")
     table4 = {run.method: run for run in experiment_runs(runs, "rsw_table4_corruptions")}
     assert table4["rsw"].run_id == cub0.run_id
     assert len(cub0.config["eval"]["corruptions"]) == 9
@@ -482,7 +514,7 @@ def test_asap_engine_settings(runs):
 def _asap_table_and_figure_runs(runs):
     """Every run of the ASAP tables and figures except the sweeps that change §2.6's values on purpose
     (Fig. 3's P × b grid, Fig. 8's batch sizes), once each."""
-    swept = {"asap_fig3_proxies_pool", "asap_fig8_batch"}
+    swept = {"asap_fig3_proxies_pool", "asap_fig8_batch", *MNIST_POC}  # MNIST: test_asap_mnist_proof_of_concept
     return [run for run in runs.values() if any(name.startswith("asap_") for name in set(run.experiments) - swept)]
 
 
@@ -527,6 +559,23 @@ def test_asap_per_dataset_values_match_dmlrepro_asap_settings(runs):
             assert cfg["loss"]["hparams"] == pytest.approx({"margin": 0.1, "alpha": 32.0}), run.run_id
             checked += 1
     assert checked == len(_asap_table_and_figure_runs(runs)) == 208 + 56 + 24 + 1
+
+
+def test_asap_mnist_proof_of_concept(runs):
+    """PT-3: ResNetV2-20 from scratch, 2-d, P = 4, b = 16 [P §4.4, §5.2]; MNIST train/test with 10 % of each
+    training digit validating; at most 4 alternations (Figs. 1/6 (b)); proxy- vs sample-based (eq. 4.10)."""
+    poc = experiment_runs(runs, "asap_fig1_mnist_poc")
+    pair = {run.method: run for run in experiment_runs(runs, "asap_mnist_samples")}
+    assert [run.run_id for run in poc] == [pair["c2_asap_mnist"].run_id]
+    for method, proxies in (("c2_asap_mnist", "trainable"), ("c2_asap_mnist_samples", "samples")):
+        cfg = resolve_run_config(pair[method].config)  # every default filled (run.config drops late defaults)
+        model, data, v, asap = cfg["model"], cfg["dataset"], cfg["validation"], cfg["asap"]
+        assert (model["backbone"], model["pretrained"], model["embedding_size"]) == ("resnetv2_20", False, 2)
+        assert (data["name"], data["image_size"], data["train_split"], data["test_split"]) == ("mnist", 28, "train", "test")
+        assert (v["split"], v["fraction"], v["patience"]) == ("samples", 0.1, 60)
+        assert cfg["loss"]["name"] == "asap_c2" and cfg["loss"]["hparams"]["proxies_per_class"] == 4
+        assert (asap["enabled"], asap["b"], asap["max_alternations"], asap["proxies"]) == (True, 16, 4, proxies)
+        assert cfg["eval"]["select"] == "best_val"
 
 
 def test_asap_report_names_the_printed_rows(config):

@@ -56,6 +56,13 @@ def test_stand_in_dataset_is_shown_not_compared(tmp_path):
     assert cell["paper"] == 64.9 and cell["ours"] == pytest.approx(63.0) and cell["delta"] is None
 
 
+def test_mnist_datasets_are_the_printed_ones_and_digits_a_stand_in():
+    from dmlrepro.report.reported import is_stand_in
+
+    assert not is_stand_in("mnist", "MNIST") and not is_stand_in("fashion_mnist", "FashionMNIST")
+    assert is_stand_in("digits", "MNIST") and is_stand_in("mnist", "FashionMNIST")
+
+
 def test_diverged_and_missing_seeds_are_shown(tmp_path):
     aggregated = _aggregated("cub200").assign(seeds=5, diverged=2)
     aggregated.loc[0, "recall@1_mean"] = math.nan

@@ -38,7 +38,7 @@ def test_yaml_exponent_without_dot_is_a_number():
         ({"loss": {"name": "pfml", "hparams": {"deltaa": 0.2}}}, "loss.hparams"),
         ({"model": {"backbone": "resnet9000"}}, "model.backbone"),
         ({"model": {"pretrained": "no_such_weights"}}, "model.pretrained"),
-        ({"dataset": {"name": "mnist"}}, "dataset.name"),
+        ({"dataset": {"name": "imagenet"}}, "dataset.name"),
         ({"dataset": {"sampler": "m_per_class", "m": 3, "batch_size": 32}}, "dataset.batch_size"),
         ({"schedule": {"name": "exp"}}, "schedule.name"),
         ({"epochs": 0}, "epochs"),
