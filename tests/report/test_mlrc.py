@@ -206,3 +206,22 @@ def test_a_diverged_complete_run_makes_its_record_diverged_and_one_without_folds
     assert out["result"]["status"] == "diverged"
     with pytest.raises(ValueError, match="Complete run .* has no fold runs"):
         mlrc_records(records + [_complete(5)])
+
+
+def test_a_final_stage_table_expects_its_final_seeds(tmp_path):
+    """A search experiment's table counts its final stage's reproductions (final.seeds), not the
+    experiment's own seeds (RSW App. D: 10 reproductions of the best point)."""
+    import pandas as pd
+
+    from dmlrepro.report.sections import build_section
+
+    aggregated = pd.DataFrame([{"method": "rsw", "dataset": "synthetic", "sweep": "", "map@r@separated_mean": 0.3,
+                                "map@r@separated_std": 0.01, "map@r@separated_ci95": 0.02, "seeds": 2, "diverged": 0}])
+    experiment = {"methods": ["rsw"], "datasets": ["synthetic"], "metrics": ["map@r@separated"],
+                  "search": {"space": {}}, "final": {"seeds": [0, 1]}, "report": {"mlrc": True}}
+    section = build_section("reality", experiment, aggregated, [], tmp_path, reported_dir=tmp_path, method_configs={})
+    assert section["table"]["rows"][0]["status"] == "2/2 seeds"
+    del experiment["final"]
+    section = build_section("reality", {**experiment, "seeds": [0, 1, 2]}, aggregated, [], tmp_path / "b",
+                            reported_dir=tmp_path, method_configs={})
+    assert section["table"]["rows"][0]["status"] == "2/3 seeds"

@@ -74,7 +74,8 @@ def build_section(name: str, experiment: Mapping[str, Any], aggregated: pd.DataF
                "notes": list(spec.get("notes", [])), "ratios": [], "hparams": [],
                "runs": [r["run_id"] for r in runs]}
     methods, datasets = spec.get("methods") or {}, spec.get("datasets") or {}
-    seeds = len(experiment.get("seeds", [0]))
+    # expected reproductions: a search's final stage trains final.seeds (RSW App. D), others their seeds
+    seeds = len((experiment.get("final") or {}).get("seeds") or experiment.get("seeds", [0]))
     metrics = list(experiment.get("metrics") or [])
     if kind in ("table", "sweep", "timing", "curves", "heatmap", "improvement"):
         section["table"] = comparison_table(aggregated, reported, metrics, methods, datasets, seeds,
