@@ -65,3 +65,17 @@ def test_fraction_leaves_existing_run_ids_unchanged(synth_root):
     assert config_hash(old) == config_hash(fold)
     other = resolve_run_config(asap_config(synth_root, validation__fraction=0.2))
     assert config_hash(other) != config_hash(fold)  # an explicit other value is another run
+
+
+def test_a_stored_identity_without_fraction_splits_at_the_default(synth_root):
+    """config.yaml / the report's run records drop `fraction` at 0.1: the same rows as an explicit 0.1."""
+    from dmlrepro.runs import run_identity
+    from dmlrepro.train.data import open_manifest, validation_rows
+
+    cfg = resolve_run_config(samples_config(synth_root, validation__fraction=0.1))
+    stored = run_identity(cfg)["validation"]
+    assert "fraction" not in stored and stored["split"] == "samples"
+    manifest = open_manifest(cfg["dataset"])
+    explicit, implicit = validation_rows(cfg["validation"], manifest), validation_rows(stored, manifest)
+    assert all(np.array_equal(a, b) for a, b in zip(explicit, implicit))
+    assert len(implicit[1]) > 0

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from .config import ConfigError
+from .config import LATE_DEFAULTS, ConfigError
 
 
 def open_manifest(dcfg: dict[str, Any]):
@@ -117,7 +117,9 @@ def validation_rows(vcfg: dict[str, Any] | None, manifest) -> tuple[np.ndarray, 
 
     if not vcfg or vcfg["split"] is None:
         return None
-    kw = dict(fold=vcfg["fold"], n_folds=vcfg["n_folds"], scheme=vcfg["scheme"], fraction=vcfg.get("fraction", 0.1))
+    # a run's stored identity (config.yaml, the report's run records) drops `fraction` at its late default
+    fraction = vcfg.get("fraction", LATE_DEFAULTS[("validation", "fraction")])
+    kw = dict(fold=vcfg["fold"], n_folds=vcfg["n_folds"], scheme=vcfg["scheme"], fraction=fraction)
     try:
         return tuple(split_indices(manifest, f"{vcfg['split']}_{part}", **kw) for part in ("train", "val"))
     except ValueError as e:
