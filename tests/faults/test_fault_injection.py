@@ -1,12 +1,15 @@
-"""Fault injection (issue [7/7] item 3): SIGKILL training processes at random points, kill the
-Snakemake controller mid-run, leave half-written files in a run's folder. Each time a rerun must
+"""Fault injection: SIGKILL training processes at targeted and random points, kill the Snakemake
+controller mid-run, leave half-written files in a run's folder. Each time a rerun must
 complete with nothing lost, no corrupt output accepted, and final metrics identical (exact
 floats) to an undisturbed run's, on CPU with deterministic settings.
 
+The kills land at least once in each phase docs/training.md names (data loading, training
+step, evaluation, checkpoint write, log write, finish): the first trials aim at one phase each
+(and kill again until one lands there), the others are random; the test asserts the coverage.
 The counts of injected faults (and the phase each kill landed in) are printed in the
 "fault injection" section at the end of the pytest session; docs/training.md reports them.
 Reproducible: the kill points come from ``random.Random(DMLREPRO_FAULT_SEED)`` (default below);
-``DMLREPRO_FAULT_TRIALS`` sets the number of random trials.
+``DMLREPRO_FAULT_TRIALS`` sets the number of random trials (after the targeted ones).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from dmlrepro.train.checkpoint import checkpoint_name
 
 from .conftest import run_cli
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 SEED = int(os.environ.get("DMLREPRO_FAULT_SEED", "20261121"))
 TRIALS = int(os.environ.get("DMLREPRO_FAULT_TRIALS", "10"))
@@ -38,10 +41,10 @@ EPOCHS, STEPS = 3, 4
 
 
 # -- checks ------------------------------------------------------------------------------------------
-def _log_rows(path: Path) -> list[list[str]]:
-    rows = list(csv.reader(path.read_text().splitlines()))
-    sec = rows[0].index("seconds")
-    return [r[:sec] + r[sec + 1:] for r in rows]
+def _log_rows(path: Path) -> list[dict[str, str]]:
+    """train_log.csv by column name, without `seconds` (wall time, the one column that may differ)."""
+    with open(path, newline="") as handle:
+        return [{k: v for k, v in row.items() if k != "seconds"} for row in csv.DictReader(handle)]
 
 
 def assert_sane(out: Path, ref: Path) -> None:
@@ -67,7 +70,7 @@ def assert_identical(out: Path, ref: Path) -> None:
     assert json.loads((out / "metrics.json").read_text())["status"] == "completed"
     assert (out / "metrics.json").read_text() == (ref / "metrics.json").read_text()
     rows = _log_rows(out / "train_log.csv")
-    assert [r[0] for r in rows[1:]] == [str(e) for e in range(EPOCHS + 1)], "not exactly one row per epoch"
+    assert [r["epoch"] for r in rows] == [str(e) for e in range(EPOCHS + 1)], "not exactly one row per epoch"
     assert rows == _log_rows(ref / "train_log.csv")
     assert np.array_equal(np.load(out / "embeddings_test.npz")["embeddings"],
                           np.load(ref / "embeddings_test.npz")["embeddings"])
@@ -80,11 +83,22 @@ def assert_identical(out: Path, ref: Path) -> None:
     assert not [p.name for p in out.rglob("*.tmp")], "temporaries of killed writes left behind"
 
 
-# -- a) SIGKILL at random points ----------------------------------------------------------------------
-KINDS = ("wall", "steps", "evaluate", "ckpt-write", "checkpoint", "wall", "finish", "steps", "log", "wall")
+# -- a) SIGKILL at targeted and random points ----------------------------------------------------------
+#: the phases docs/training.md names (fault_harness.PHASES): data loading, training step, evaluation,
+#: checkpoint write, log write, finish; each must see at least one kill
+REQUIRED_PHASES = ("data", "step", "evaluate", "checkpoint", "log", "finish")
+#: kill trigger -> the phase it aims at: "steps" dies right after the k-th optimizer step (in the
+#: epoch loop, i.e. data loading), "ckpt-write" half-way through writing the k-th checkpoint, the
+#: others as soon as the process enters the phase; "wall" at a random moment
+TARGETS = {"steps": "data", "step": "step", "evaluate": "evaluate", "ckpt-write": "checkpoint", "log": "log",
+           "finish": "finish", "checkpoint": "checkpoint", "wall": None}
+TARGETED = ("steps", "step", "evaluate", "ckpt-write", "log", "finish")  # the first trials, one per phase
+RANDOM_KINDS = ("wall", "steps", "evaluate", "ckpt-write", "checkpoint", "wall", "finish", "step", "log", "wall")
+ATTEMPTS = 4  # kills per targeted trial until one lands in its phase
 
 
-def _kill_once(server, conf: Path, out: Path, log: Path, kind: str, rng: random.Random, full_s: float) -> dict:
+def _kill_once(server, conf: Path, out: Path, log: Path, kind: str, rng: random.Random, full_s: float,
+               jitter: bool = True) -> dict:
     argv = ["train", str(conf), str(out), "--no-progress"][1:]
     env = {}
     if kind == "steps":
@@ -97,8 +111,8 @@ def _kill_once(server, conf: Path, out: Path, log: Path, kind: str, rng: random.
         while child.alive() and time.perf_counter() - child.started < delay:
             time.sleep(0.002)
         child.kill()
-    elif kind in ("evaluate", "checkpoint", "log", "finish"):
-        extra = rng.uniform(0, 0.3) if kind == "evaluate" else 0.0
+    elif kind in ("step", "evaluate", "checkpoint", "log", "finish"):
+        extra = rng.uniform(0, 0.3) if kind == "evaluate" and jitter else 0.0
         if fault_harness.wait_for_phase(child, [kind]):
             time.sleep(extra)
             child.kill()
@@ -115,11 +129,15 @@ def test_sigkill_at_random_points(server, run_config, reference, tmp_path):
     assert_identical(tmp_path / "undisturbed", reference)
 
     landed, missed, phases, by_kind, reruns = 0, 0, collections.Counter(), collections.Counter(), 0
-    for trial in range(TRIALS):
+    for trial in range(len(TARGETED) + TRIALS):
         out, log = tmp_path / f"trial{trial:02d}", tmp_path / f"trial{trial:02d}.log"
-        kinds = [KINDS[trial % len(KINDS)]] + ([rng.choice(KINDS)] if rng.random() < 0.5 else [])
+        if trial < len(TARGETED):  # aimed at one phase: kill again (the run resumes) until it lands there
+            kinds, target = [TARGETED[trial]] * ATTEMPTS, TARGETS[TARGETED[trial]]
+        else:
+            kinds, target = [RANDOM_KINDS[(trial - len(TARGETED)) % len(RANDOM_KINDS)]] + (
+                [rng.choice(RANDOM_KINDS)] if rng.random() < 0.5 else []), None
         for kind in kinds:
-            res = _kill_once(server, run_config, out, log, kind, rng, full_s)
+            res = _kill_once(server, run_config, out, log, kind, rng, full_s, jitter=target is None)
             if res["status"] == -signal.SIGKILL:
                 landed += 1
                 phases[res["phase"]] += 1
@@ -128,6 +146,8 @@ def test_sigkill_at_random_points(server, run_config, reference, tmp_path):
             else:  # the run finished before the kill point
                 assert res["status"] == 0, Path(log).read_text()
                 missed += 1
+            if target is not None and res["phase"] == target:
+                break
         done = server.start([str(run_config), str(out), "--no-progress"], log)
         assert done.wait() == 0, done.log()
         reruns += 1
@@ -139,9 +159,11 @@ def test_sigkill_at_random_points(server, run_config, reference, tmp_path):
     proc = run_cli(["train", str(run_config), str(out), "--no-progress"], popen=True)
     while proc.poll() is None and not (out / "config.yaml").exists():
         time.sleep(0.01)
-    time.sleep(rng.uniform(0, 0.6 * full_s))
+    time.sleep(rng.uniform(0, 0.3 * full_s))
+    assert proc.poll() is None, "the CLI run ended before its kill point"
     proc.send_signal(signal.SIGKILL)
     rc = proc.wait()
+    assert rc == -signal.SIGKILL, f"the killed CLI process ended with {rc}, not by SIGKILL"
     assert_sane(out, reference)
     (out / "train_log.csv").unlink(missing_ok=True)  # as Snakemake does with a rerun job's declared outputs
     done = server.start([str(run_config), str(out), "--no-progress"], tmp_path / "cli.log")
@@ -149,10 +171,12 @@ def test_sigkill_at_random_points(server, run_config, reference, tmp_path):
     assert_identical(out, reference)
 
     assert landed >= 10
+    missing = [p for p in REQUIRED_PHASES if not phases[p]]
+    assert not missing, f"no kill landed in {missing}; phases at death: {dict(phases)}"
     fault_harness.SUMMARY.append(
-        f"a) {TRIALS} random trials (seed {SEED}): {landed} SIGKILLs landed ({missed} kill points came after the "
+        f"a) {len(TARGETED)} trials aimed at one phase each and {TRIALS} random ones (seed {SEED}): {landed} SIGKILLs landed ({missed} kill points came after the "
         f"run had finished); by trigger: {dict(by_kind)}; phase at death: {dict(phases)}; "
-        f"+1 real CLI process killed (rc {rc}, its train_log.csv deleted before the rerun); {TRIALS + 1} reruns, all identical to the undisturbed run; "
+        f"+1 real CLI process killed (rc {rc}, its train_log.csv deleted before the rerun); {reruns + 1} reruns, all identical to the undisturbed run; "
         f"undisturbed run {full_s:.1f} s")
 
 
@@ -218,7 +242,8 @@ def test_half_written_files_are_not_accepted(server, run_config, reference, tmp_
     out = tmp_path / "config"
     assert train(out, {"DMLREPRO_TEST_KILL_AFTER_STEPS": "6"})[0] == -signal.SIGKILL
     text = (out / "config.yaml").read_text()
-    (out / "config.yaml").write_text(text[: text.index("\n", len(text) // 2)] + "\n  - [unclosed")
+    # an unclosed flow sequence at column 0 (indented, it could continue a plain scalar and parse)
+    (out / "config.yaml").write_text(text[: text.index("\n", len(text) // 2)] + "\n[unclosed")
     assert train(out, {"DMLREPRO_TEST_KILL_AFTER_STEPS": "1"})[0] == -signal.SIGKILL
     (out / "config.yaml").write_text(text[: text.index("\n", len(text) // 2) + 1])
     rc, log = train(out)

@@ -1,11 +1,14 @@
-"""Fault injection into the Snakemake workflow (issue [7/7] item 3, b and c): SIGKILL the
-controller while train jobs run -- alone (its jobs live on as orphans) or with its whole
-process group (a crashed node) -- and leave a half-written metrics.json behind; the rerun the
-user is told to make (`snakemake --unlock`, then `--rerun-incomplete`) completes with tables
-and metrics identical to an undisturbed run."""
+"""Fault injection into the Snakemake workflow (docs/training.md, faults b and c): SIGKILL the
+controller while train jobs run -- alone (its jobs live on as orphans, still training when the
+rerun starts, and the rerun's train job waits for them on the run lock; both asserted) or with
+its whole process group (a crashed node) -- and leave a half-written metrics.json behind; the
+rerun the user is told to make (`snakemake --unlock`, then `--rerun-incomplete`) completes with
+tables and metrics identical to an undisturbed run."""
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import signal
 import subprocess
@@ -17,11 +20,15 @@ import pytest
 
 import fault_harness
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 CONFIG = Path(__file__).with_name("workflow.yaml")
+# tests/integration/slow_steps: with DMLREPRO_TEST_STEP_GATE=path set, every training step of a process
+# started with it on PYTHONPATH waits while that file exists (results unchanged), so orphaned train
+# jobs are still training when the rerun's train jobs start
+SLOW_STEPS = REPO / "tests/integration/slow_steps"
 
 
 def _command(workdir: Path, *args: str) -> list[str]:
@@ -36,7 +43,12 @@ def snakemake(workdir: Path, *args: str, ok: bool = True) -> subprocess.Complete
     return done
 
 
-def outputs(workdir: Path) -> dict[str, str]:
+def _log_without_seconds(text: str) -> list[dict[str, str]]:
+    """A train_log.csv by column name, without `seconds` (wall time, the one column that may differ)."""
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in csv.DictReader(io.StringIO(text))]
+
+
+def outputs(workdir: Path) -> dict[str, object]:
     """Every table and every run's metrics.json / train_log.csv (without `seconds`), by path."""
     files = {}
     for p in sorted((workdir / "results").rglob("*")):
@@ -44,7 +56,7 @@ def outputs(workdir: Path) -> dict[str, str]:
         if p.suffix == ".csv" and "experiments" in rel or p.name == "metrics.json":
             files[rel] = p.read_text()
         elif p.name == "train_log.csv":
-            files[rel] = "\n".join(",".join(r.split(",")[:7]) for r in p.read_text().splitlines())
+            files[rel] = _log_without_seconds(p.read_text())
     return files
 
 
@@ -57,12 +69,13 @@ def undisturbed(tmp_path_factory):
     return files
 
 
-def _start_and_kill(workdir: Path, group: bool, extra=(), wait_for="checkpoints/ckpt-e0002-*.pt") -> tuple[list[int], Path]:
+def _start_and_kill(workdir: Path, group: bool, extra=(), wait_for="checkpoints/ckpt-e0002-*.pt",
+                    env: dict | None = None) -> tuple[list[int], Path]:
     """Start the workflow, wait until a run folder has a file ``<run>/<wait_for>`` written
     after the start (a checkpoint, or the run lock: a train job is running), SIGKILL."""
     t0 = time.time()
     proc = subprocess.Popen(_command(workdir, *extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
     end = t0 + 300
 
     def found():
@@ -81,6 +94,12 @@ def _start_and_kill(workdir: Path, group: bool, extra=(), wait_for="checkpoints/
     proc.wait()
     run = found()[0].parents[1]
     return jobs, run
+
+
+def _waiting(workdir: Path) -> list[Path]:
+    """Train logs of rerun jobs that found their run folder locked by another trainer (engine._run_lock)."""
+    return [p for p in (workdir / "results/logs/train").glob("*.log")
+            if "being trained by another process" in p.read_text(errors="replace")]
 
 
 def _alive(pids: list[int]) -> list[int]:
@@ -104,19 +123,38 @@ def test_workflow_killed_twice_with_half_written_metrics(undisturbed, tmp_path):
     assert refused.returncode != 0 and "IncompleteFilesException" in refused.stdout + refused.stderr
     assert name in refused.stdout + refused.stderr
     snakemake(tmp_path, "--unlock")
-    # 2. the rerun's controller alone SIGKILLed (its train jobs live on as orphans), and the
-    #    workflow rerun at once, while the orphans still train in the same run folders
-    jobs, _ = _start_and_kill(tmp_path, group=False, extra=("--rerun-incomplete",), wait_for=".lock")
-    orphans = _alive(jobs)
-    snakemake(tmp_path, "--unlock")
-    snakemake(tmp_path, "--rerun-incomplete")
+    # 2. the rerun's controller alone SIGKILLed (its train jobs live on as orphans, held before
+    #    their next step by a gate file), and the workflow rerun at once, while the orphans still
+    #    train in the same run folders: the rerun's train jobs must wait for them (the run lock);
+    #    once one does, the gate opens and the orphans finish
+    gate = tmp_path / "orphans.gate"
+    gate.touch()
+    slow = {**os.environ, "DMLREPRO_TEST_STEP_GATE": str(gate),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(SLOW_STEPS), os.environ.get("PYTHONPATH")]))}
+    try:
+        jobs, _ = _start_and_kill(tmp_path, group=False, extra=("--rerun-incomplete",), wait_for=".lock", env=slow)
+        orphans = _alive(jobs)
+        assert orphans, "no train job outlived its killed controller"
+        snakemake(tmp_path, "--unlock")
+        rerun_log = open(tmp_path / "rerun.log", "w")
+        rerun = subprocess.Popen(_command(tmp_path, "--rerun-incomplete"), stdout=rerun_log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 300
+        while not _waiting(tmp_path):
+            assert rerun.poll() is None, "the rerun ended without waiting for the orphans"
+            assert time.time() < deadline, "the rerun's train jobs never waited for the orphans"
+            time.sleep(0.2)
+        waited = len(_waiting(tmp_path))
+    finally:
+        gate.unlink(missing_ok=True)
+    rerun.wait(timeout=600)
+    rerun_log.close()
+    assert rerun.returncode == 0, (tmp_path / "rerun.log").read_text()[-3000:]
     assert outputs(tmp_path) == undisturbed
     deadline = time.time() + 120
     while _alive(orphans) and time.time() < deadline:
         time.sleep(0.1)
     assert not _alive(orphans)
     assert outputs(tmp_path) == undisturbed  # the orphans' late writes changed nothing
-    waited = sum("being trained by another process" in p.read_text() for p in (tmp_path / "results/logs/train").glob("*"))
     fault_harness.SUMMARY.append(
         "b+c) workflow SIGKILLed twice: whole process group after a job's first checkpoint, with half a "
         "metrics.json left in its run folder (snakemake refuses it as incomplete), then the rerun's controller "

@@ -1,6 +1,9 @@
-"""Every baseline from the factory runs and equals pytorch-metric-learning called directly."""
+"""Every baseline from the factory runs and equals pytorch-metric-learning called directly with the
+default hyperparameters written below from the source papers and PML's documentation."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -10,6 +13,40 @@ from dmlrepro.losses import BASELINES, LOSS_NAMES, build_loss
 
 NUM_CLASSES, DIM = 6, 16
 
+# The default hyperparameters, written from their sources (never read from BASELINES): the PML
+# docs' signatures (kevinmusgrave.github.io/pytorch-metric-learning, losses/ and miners/), the ASAP
+# paper's App. A.2 where it states them, and where PFML's baselines depart from PML's defaults, the
+# Proxy Anchor paper's own training code (Kim et al. 2020), the lineage of PFML's baseline runs
+# (docs/losses.md).
+DEFAULTS = {
+    # ASAP App. A.2: ProxyAnchor (δ, α) = (0.1, 32); PML ProxyAnchorLoss(margin=0.1, alpha=32)
+    "proxy_anchor": {"margin": 0.1, "alpha": 32},
+    # the Proxy Anchor code's ProxyNCA wrapper: PML ProxyNCALoss with softmax_scale=32 (PML's default is 1)
+    "proxy_nca": {"softmax_scale": 32},
+    # PML SoftTripleLoss(centers_per_class=10, la=20, gamma=0.1, margin=0.01); ASAP App. A.2 (CUB):
+    # (λ, γ, δ) = (20, 0.1, 0.01)
+    "soft_triple": {"centers_per_class": 10, "la": 20, "gamma": 0.1, "margin": 0.01},
+    # PML MultiSimilarityLoss(alpha=2, beta=50, base=0.5), as the Proxy Anchor code's MS wrapper
+    "multi_similarity": {"alpha": 2, "beta": 50, "base": 0.5},
+    # the Proxy Anchor code's triplet wrapper: margin 0.1 (PML's default is 0.05), semihard miner
+    "triplet": {"margin": 0.1},
+    # the Proxy Anchor code's contrastive wrapper: neg_margin 0.5 (PML's default is 1), pos_margin 0
+    "contrastive": {"pos_margin": 0.0, "neg_margin": 0.5},
+    # PML NormalizedSoftmaxLoss(temperature=0.05)
+    "normalized_softmax": {"temperature": 0.05},
+    # PML ArcFaceLoss(margin=28.6, scale=64): the margin in degrees (0.5 rad)
+    "arcface": {"margin": 28.6, "scale": 64},
+    # PML CosFaceLoss(margin=0.35, scale=64)
+    "cosface": {"margin": 0.35, "scale": 64},
+    # PML NPairsLoss: no hyperparameters
+    "npair": {},
+}
+PML_CLASSES = {"proxy_anchor": "ProxyAnchorLoss", "proxy_nca": "ProxyNCALoss", "soft_triple": "SoftTripleLoss",
+               "multi_similarity": "MultiSimilarityLoss", "triplet": "TripletMarginLoss",
+               "contrastive": "ContrastiveLoss", "normalized_softmax": "NormalizedSoftmaxLoss",
+               "arcface": "ArcFaceLoss", "cosface": "CosFaceLoss", "npair": "NPairsLoss"}
+WITH_CLASSES = {"proxy_anchor", "proxy_nca", "soft_triple", "normalized_softmax", "arcface", "cosface"}
+
 
 def batch(seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -18,11 +55,10 @@ def batch(seed=0):
 
 
 def direct(name, defaults):
-    spec = BASELINES[name]
-    cls = getattr(losses, spec.pml_class)
-    loss = cls(NUM_CLASSES, DIM, **defaults) if spec.has_classes else cls(**defaults)
+    cls = getattr(losses, PML_CLASSES[name])
+    loss = cls(NUM_CLASSES, DIM, **defaults) if name in WITH_CLASSES else cls(**defaults)
     if name == "multi_similarity":
-        miner = miners.MultiSimilarityMiner(epsilon=0.1)
+        miner = miners.MultiSimilarityMiner(epsilon=0.1)  # PML's default ε, the Proxy Anchor code's
         return lambda z, y: loss(z, y, miner(z, y)), loss
     if name == "triplet":
         miner = miners.TripletMarginMiner(margin=defaults["margin"], type_of_triplets="semihard")
@@ -30,13 +66,19 @@ def direct(name, defaults):
     return loss, loss
 
 
-@pytest.mark.parametrize("name", sorted(BASELINES))
+def test_every_baseline_has_written_defaults():
+    assert set(BASELINES) == set(DEFAULTS)
+
+
+@pytest.mark.parametrize("name", sorted(DEFAULTS))
 def test_factory_equals_pml(name):
+    """build_loss(name) without hyperparameters = PML called with the defaults written above: same
+    value and gradients (a changed default, e.g. Proxy-Anchor's α, changes both)."""
     z, y = batch()
     torch.manual_seed(1)
     ours = build_loss(name, NUM_CLASSES, DIM)
     torch.manual_seed(1)
-    theirs, theirs_module = direct(name, BASELINES[name].defaults)
+    theirs, theirs_module = direct(name, DEFAULTS[name])
     za, zb = z.clone().requires_grad_(), z.clone().requires_grad_()
     value_ours, value_theirs = ours(za, y), theirs(zb, y)
     assert torch.isfinite(value_ours) and value_ours.item() != 0.0
@@ -47,6 +89,21 @@ def test_factory_equals_pml(name):
     assert za.grad.abs().sum() > 0
     for a, b in zip(ours.parameters(), theirs_module.parameters()):
         torch.testing.assert_close(a.grad, b.grad)
+
+
+@pytest.mark.parametrize("name", sorted(DEFAULTS))
+def test_defaults_reach_pml(name):
+    """The built loss (and miner) hold the written defaults (PML stores ArcFace's margin in radians,
+    SoftTriple's γ as its inverse)."""
+    built = build_loss(name, NUM_CLASSES, DIM)
+    loss = getattr(built, "loss", built)
+    stored = {"arcface": {"margin": lambda v: math.degrees(v)}, "soft_triple": {"gamma": lambda v: 1.0 / v}}
+    for key, value in DEFAULTS[name].items():
+        assert stored.get(name, {}).get(key, lambda v: v)(getattr(loss, key)) == pytest.approx(value, rel=1e-3), key
+    if name == "multi_similarity":
+        assert built.miner.epsilon == 0.1
+    if name == "triplet":
+        assert (built.miner.margin, built.miner.type_of_triplets) == (0.1, "semihard")
 
 
 def test_hyperparameters_reach_pml():
