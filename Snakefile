@@ -3,7 +3,14 @@
 #   snakemake --profile slurm all         the PFML paper's settings (config/paper.yaml) on a SLURM GPU cluster
 from snakemake.utils import min_version
 
+from dmlrepro.preflight.workflow import put_on_pythonpath
+
 min_version("8.25")
+
+
+# jobs in the conda envs of envs/ (`--sdm conda`) import dmlrepro from this checkout's src/ (the envs
+# list its dependencies, not the package: Snakemake deploys copies of the env files, docs/preflight.md#conda)
+put_on_pythonpath(f"{workflow.basedir}/src")
 
 
 # the embedded default, unless `--configfile FILE` names another config: that one then stands alone
@@ -17,6 +24,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/analysis.smk"
+include: "workflow/rules/preflight.smk"
 
 
 localrules:

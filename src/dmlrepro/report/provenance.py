@@ -1,5 +1,5 @@
 """Where the report's numbers come from: code version, packages, device, and per run its config
-hash, status and training time; per experiment its compute hours (issue [4/7] item 6)."""
+hash, status and training time; per experiment its compute hours (docs/report.md)."""
 
 from __future__ import annotations
 
@@ -46,11 +46,12 @@ def device_description() -> str:
 
 
 def provenance(repo: str | Path, runs: Sequence[Mapping[str, Any]],
-               experiments: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+               experiments: Mapping[str, Sequence[str]], preflight: str | Path | None = None) -> dict[str, Any]:
     """`runs`: each with run_id, method, dataset, seed, status, device, train_hours, epochs.
-    `experiments`: name -> its run ids (a run shared by tables counts in each)."""
+    `experiments`: name -> its run ids (a run shared by tables counts in each). `preflight`: a
+    `dmlrepro preflight` JSON; when it exists, its projected hours stand beside the measured ones."""
     hours = {r["run_id"]: r.get("train_hours") or 0.0 for r in runs}
-    return {
+    return {**projected_hours(preflight),
         "generated": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": git_commit(repo),
         "python": platform.python_version(),
@@ -60,6 +61,20 @@ def provenance(repo: str | Path, runs: Sequence[Mapping[str, Any]],
         "hours_per_experiment": {name: sum(hours.get(i, 0.0) for i in ids) for name, ids in experiments.items()},
         "total_hours": sum(hours.values()),
     }
+
+
+def projected_hours(preflight: str | Path | None) -> dict[str, Any]:
+    """From a preflight JSON (docs/preflight.md): `projected_hours_per_experiment`,
+    `projected_total_hours` and `preflight_device`; nothing when there is no such file."""
+    import json
+
+    if preflight is None or not Path(preflight).is_file():
+        return {}
+    doc = json.loads(Path(preflight).read_text())
+    device = doc.get("device") or {}
+    return {"projected_hours_per_experiment": {e["name"]: e["hours"] for e in doc.get("experiments", [])},
+            "projected_total_hours": doc.get("total_hours"),
+            "preflight_device": f"{device.get('name')} ({device.get('device')})"}
 
 
 #: the file in each report section's folder that lists the section's runs for the provenance table

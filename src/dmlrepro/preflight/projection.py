@@ -1,0 +1,193 @@
+"""What a reproduction will cost: each run's hours from its shape's measured speed, compared with
+the time SLURM gives it, summed per experiment and in total; and the same check inside a training
+job after its first full epoch (:func:`warn_time_budget`).
+
+A run's hours (docs/preflight.md#projection)::
+
+    epochs × steps per epoch × step time  +  evaluated images / evaluation speed
+
+* steps per epoch: the training images (the benchmark's count from ``dmlrepro.data.benchmarks``,
+  or the prepared manifest's; less the validation classes' share) over the batch size, or the
+  sampler's ``length_before_new_iter``, capped by ``steps_per_epoch``;
+* step time: the measured step at the run's batch size (scaled per image when the preflight ran a
+  smaller ``--batch-size``); the data pipeline's time per batch where it is slower (overlapped by
+  the DataLoader's workers, added without them);
+* evaluated images: the test split (and gallery) at every test evaluation, the validation classes
+  after every epoch, the training split for proxy metrics, the test split per image corruption.
+
+The budget of a run is its training job's time limit ``resources.train`` runtime (per dataset,
+as rule train requests it) × (the SLURM profile's retries + 1); a search's job trains trials ×
+folds runs in one allocation.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: the environment of a training job that knows its time budget (set by the workflow, docs/preflight.md)
+TIME_LIMIT_ENV = "DMLREPRO_TIME_LIMIT_MINUTES"
+RETRIES_ENV = "DMLREPRO_RETRIES"
+#: rule train's built-in runtime request (minutes) under resources.train.default / <dataset>
+DEFAULT_RUNTIME_MINUTES = 60
+
+
+@dataclass
+class Speed:
+    """A shape's measured speed: seconds per step at ``batch_size``, data pipeline and evaluation
+    images per second, and the DataLoader's worker count."""
+
+    step_seconds: float
+    batch_size: int
+    data_images_per_second: float
+    eval_images_per_second: float
+    workers: int
+
+
+@dataclass
+class RunCost:
+    run_id: str
+    experiments: list[str]
+    hours: float
+    budget_hours: float
+
+    @property
+    def over_budget(self) -> bool:
+        return self.hours > self.budget_hours
+
+
+# -- sizes -------------------------------------------------------------------------------------
+def split_counts(dataset: str, manifest_counts: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Image counts per split (``train_images``, ``test_images``, ...): the prepared manifest's
+    when given, else the benchmark's published counts."""
+    if manifest_counts is not None:
+        return dict(manifest_counts)
+    from dmlrepro.data.benchmarks import BENCHMARKS
+
+    if dataset not in BENCHMARKS:
+        raise KeyError(f"dataset {dataset!r}: no published counts; prepare it to project its runs")
+    return dict(BENCHMARKS[dataset].expected_counts)
+
+
+def validation_share(cfg: Mapping[str, Any]) -> float:
+    """The share of the training images that validate (0 without a validation split)."""
+    v = cfg.get("validation") or {}
+    split = v.get("split")
+    if split is None:
+        return 0.0
+    if split == "fold":
+        return 1.0 / v["n_folds"]
+    if split == "holdout":
+        return 0.5
+    return float(v.get("fraction", 0.1))  # split samples
+
+
+def steps_per_epoch(cfg: Mapping[str, Any], train_images: int) -> int:
+    d = cfg["dataset"]
+    images = round(train_images * (1 - validation_share(cfg)))
+    if d["sampler"] == "m_per_class" and d.get("length_before_new_iter"):
+        images = d["length_before_new_iter"]
+    steps = max(images, d["batch_size"]) // d["batch_size"]
+    return min(steps, cfg["steps_per_epoch"]) if cfg.get("steps_per_epoch") else steps
+
+
+def count_test_evaluations(cfg: Mapping[str, Any]) -> int:
+    """How often the engine embeds the test split: the untrained row 0, every ``eval.every``-th
+    epoch and the last (best_val: once, the restored best model)."""
+    e, epochs = cfg["eval"], cfg["epochs"]
+    if e["select"] == "best_val":
+        during = 1
+    else:
+        during = len({epochs} | (set(range(e["every"], epochs + 1, e["every"])) if e["every"] else set()))
+    return int(e["before_training"]) + during
+
+
+def evaluated_images(cfg: Mapping[str, Any], counts: Mapping[str, int]) -> int:
+    """Images the run embeds for evaluation over its whole life (module docstring)."""
+    d, e = cfg["dataset"], cfg["eval"]
+    test = counts.get(f"{d['test_split']}_images", 0) + (counts.get(f"{d['gallery_split']}_images", 0)
+                                                         if d.get("gallery_split") else 0)
+    images = count_test_evaluations(cfg) * test
+    images += round(counts.get("train_images", 0) * validation_share(cfg)) * cfg["epochs"]
+    if e.get("proxy_metrics"):
+        images += counts.get("train_images", 0) * (count_test_evaluations(cfg) if e.get("proxy_metrics_per_epoch") else 1)
+    images += len(e.get("corruptions") or []) * counts.get(f"{d['test_split']}_images", 0)
+    return images
+
+
+# -- hours --------------------------------------------------------------------------------------
+def step_time(cfg: Mapping[str, Any], speed: Speed) -> float:
+    """Seconds per optimizer step of the run (module docstring)."""
+    batch = cfg["dataset"]["batch_size"]
+    compute = speed.step_seconds * batch / speed.batch_size
+    data = batch / speed.data_images_per_second
+    return max(compute, data) if speed.workers > 0 else compute + data
+
+
+def run_hours(cfg: Mapping[str, Any], counts: Mapping[str, int], speed: Speed) -> float:
+    train = cfg["epochs"] * steps_per_epoch(cfg, counts["train_images"]) * step_time(cfg, speed)
+    evaluation = evaluated_images(cfg, counts) / min(speed.eval_images_per_second, speed.data_images_per_second)
+    return (train + evaluation) / 3600.0
+
+
+def train_request(config: Mapping[str, Any], dataset: str) -> dict[str, Any]:
+    """A training job's requests: resources.train.<dataset> over resources.train.default over the
+    built-ins (the order rule train uses)."""
+    requests = (config.get("resources") or {}).get("train") or {}
+    return {"runtime": DEFAULT_RUNTIME_MINUTES, **(requests.get("default") or {}), **(requests.get(dataset) or {})}
+
+
+def budget_hours(config: Mapping[str, Any], dataset: str, retries: int, runs_in_job: int = 1) -> float:
+    """The time a run may take: its job's time limit × (retries + 1), shared by the job's runs."""
+    return train_request(config, dataset)["runtime"] * (retries + 1) / 60.0 / runs_in_job
+
+
+def profile_retries(profile: str | os.PathLike) -> int | None:
+    """``retries`` of a Snakemake profile's config.yaml (a folder or the file), None if absent."""
+    import yaml
+
+    path = Path(profile)
+    path = path / "config.yaml" if path.is_dir() else path
+    if not path.is_file():
+        return None
+    return int((yaml.safe_load(path.read_text()) or {}).get("retries", 0))
+
+
+def summarize(costs: list[RunCost], members: Mapping[str, list[str]]) -> tuple[list[dict[str, Any]], float]:
+    """([{name, runs, hours}] per experiment, total hours): a run shared by experiments counts in
+    each of them and once in the total."""
+    hours = {cost.run_id: cost.hours for cost in costs}
+    experiments = [{"name": name, "runs": list(run_ids), "hours": sum(hours.get(i, 0.0) for i in run_ids)}
+                   for name, run_ids in members.items()]
+    return experiments, sum(hours.values())
+
+
+# -- inside a training job ------------------------------------------------------------------------
+def job_budget_env(runtime_minutes: int | float, environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """What a training job adds to its environment so that the engine can check its speed: its
+    time limit, only inside a SLURM job (a local run has no limit)."""
+    return {TIME_LIMIT_ENV: str(runtime_minutes)} if environ.get("SLURM_JOB_ID") else {}
+
+
+def warn_time_budget(cfg: Mapping[str, Any], epoch: int, epoch_seconds: float, say: Callable[[str], None],
+                     environ: Mapping[str, str] = os.environ) -> str | None:
+    """After the run's first full-training epoch (the first after the warm-up), say at once when
+    ``epochs`` such epochs (``epoch_seconds``: that epoch's wall time, evaluations included) cannot
+    finish within the job's time limit × (retries + 1); returns the message (None: fits or unknown)."""
+    if epoch != cfg["warmup_epochs"] + 1 or not environ.get(TIME_LIMIT_ENV):
+        return None
+    limit_minutes = float(environ[TIME_LIMIT_ENV])
+    retries = int(environ.get(RETRIES_ENV) or 0)
+    projected = cfg["epochs"] * epoch_seconds / 3600.0
+    budget = limit_minutes * (retries + 1) / 60.0
+    if projected <= budget:
+        return None
+    message = (f"warning: epoch {epoch} took {epoch_seconds:.0f} s: {cfg['epochs']} epochs project to "
+               f"{projected:.2f} h, past the job's time limit {limit_minutes:g} min × (retries {retries} + 1) = "
+               f"{budget:.2f} h; this run cannot finish: raise resources.train runtime or retries "
+               f"(docs/preflight.md)")
+    say(message)
+    return message

@@ -1,0 +1,65 @@
+"""The preflight as a workflow target (rule preflight, workflow/rules/preflight.smk): where it
+writes, what its job asks the scheduler for, and the rule's step."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .projection import RETRIES_ENV, train_request
+
+#: under the config's `results` folder
+PREFLIGHT_JSON = "preflight/preflight.json"
+PREFLIGHT_TABLE = "preflight/preflight.txt"
+#: rule train's built-in requests (workflow/rules/common.smk, train_resource) under resources.train
+TRAIN_DEFAULTS = {"runtime": 60, "mem_mb": 4000, "gpu": 0, "cpus": 1}
+
+__all__ = ["PREFLIGHT_JSON", "PREFLIGHT_TABLE", "RETRIES_ENV", "largest_dataset", "preflight_resources",
+           "put_on_pythonpath", "run_rule"]
+
+
+def put_on_pythonpath(folder: str) -> None:
+    """``folder`` first on this process's PYTHONPATH (once), which every job it starts inherits: the
+    Snakefile puts the checkout's src/ there, so that jobs in the conda envs of envs/, which list
+    dmlrepro's dependencies but not dmlrepro, import the checkout's (docs/preflight.md#conda)."""
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if folder not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([folder, *paths])
+
+
+def largest_dataset(config: Mapping[str, Any], experiments: Sequence[str]) -> str:
+    """The dataset (config key) with the most training images among those the experiments train on
+    (published counts; an embedded dataset counts as the smallest)."""
+    from dmlrepro.data.benchmarks import BENCHMARKS
+
+    names = [name for experiment in experiments for name in config["experiments"][experiment].get("datasets") or []]
+    if not names:
+        raise ValueError("no experiment trains on a dataset: nothing to preflight")
+
+    def images(key: str) -> int:
+        name = ((config["datasets"].get(key) or {}).get("dataset") or {}).get("name", key)
+        return BENCHMARKS[name].expected_counts["train_images"] if name in BENCHMARKS else 0
+
+    return max(dict.fromkeys(names), key=images)
+
+
+def preflight_resources(config: Mapping[str, Any], experiments: Sequence[str]) -> dict[str, Any]:
+    """The preflight job's requests: those of a training job on the largest dataset, and its name."""
+    dataset = largest_dataset(config, experiments)
+    return {**TRAIN_DEFAULTS, **train_request(config, dataset), "dataset": dataset}
+
+
+def run_rule(config: dict[str, Any], experiments: Sequence[str], data_root: str, json_path: str,
+             table_path: str) -> int:
+    """Rule preflight's step: every shape on this job's device, the profile's retries from the
+    environment (docs/preflight.md). Problems are in the table and the JSON; the job itself
+    succeeds so that both stay (Snakemake removes a failed job's outputs)."""
+    from .cli import preflight
+    from .shapes import group_runs
+
+    status = preflight(config, "the workflow config", shapes=group_runs(config, list(experiments)),
+                       retries=int(os.environ.get(RETRIES_ENV) or 0), data_root=data_root,
+                       json_path=json_path, table_path=table_path)
+    print(f"dmlrepro preflight: exit status {status} ({'problems listed above' if status else 'no problems'})")
+    return status
