@@ -1,0 +1,292 @@
+"""The report's Claims section: each paper's headline directional claims (config/claims.yaml),
+tested over seeds, with a verdict — holds, contradicted or inconclusive (docs/report.md#claims).
+
+A claim compares cells (an experiment's method, optionally at a sweep point) on a metric: every
+(better, worse) pair of sides on every dataset and metric of the scale is one comparison, tested
+with a two-sided Welch t-test over the seeds of the two cells (or a paired t-test over the seeds
+both cells have, `test: paired`). A comparison holds when p < 0.05 and Δ = better − worse has the
+claimed sign; it contradicts when p < 0.05 / k (k comparisons; Bonferroni) and Δ has the other
+sign; otherwise — fewer than 2 finite values on a side, no spread, or p too large — it is
+inconclusive. The claim holds when every comparison holds (an intersection–union test, level
+0.05), is contradicted when any comparison contradicts (family-wise level 0.05), else inconclusive.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .reported import load_reported, paper_units
+
+ALPHA = 0.05
+HOLDS, CONTRADICTED, INCONCLUSIVE = "holds", "contradicted", "inconclusive"
+TESTS = {"welch": "two-sided Welch t-test", "paired": "two-sided paired t-test (seeds both cells have)"}
+
+
+@dataclass(frozen=True)
+class TTest:
+    """A two-sample t statistic: t, its degrees of freedom and the two-sided p-value."""
+
+    t: float
+    df: float
+    p: float
+
+
+def welch_test(a: Sequence[float], b: Sequence[float]) -> TTest | None:
+    """Welch's unequal-variance t-test of mean(a) − mean(b), two-sided (Welch 1947):
+    t = (ā − b̄) / √(s_a²/n_a + s_b²/n_b), ν = (s_a²/n_a + s_b²/n_b)² / Σ (s²/n)² / (n − 1).
+    None when a side has fewer than 2 values or neither side varies (t undefined)."""
+    from scipy.stats import t as student
+
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if len(a) < 2 or len(b) < 2:
+        return None
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    if va + vb == 0.0:
+        return None
+    t = (a.mean() - b.mean()) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    return TTest(float(t), float(df), float(2.0 * student.sf(abs(t), df)))
+
+
+def paired_test(a: Mapping[Any, float], b: Mapping[Any, float]) -> TTest | None:
+    """Paired t-test over the keys (seeds) both sides have: t = d̄ / (s_d / √n), ν = n − 1.
+    None when fewer than 2 pairs or the differences do not vary."""
+    from scipy.stats import t as student
+
+    common = [k for k in a if k in b]
+    d = np.asarray([a[k] - b[k] for k in common], dtype=np.float64)
+    if len(d) < 2 or d.std(ddof=1) == 0.0:
+        return None
+    t = d.mean() / (d.std(ddof=1) / math.sqrt(len(d)))
+    return TTest(float(t), float(len(d) - 1), float(2.0 * student.sf(abs(t), len(d) - 1)))
+
+
+def comparison_verdict(delta: float | None, test: TTest | None, sign: int, k: int = 1,
+                       alpha: float = ALPHA) -> str:
+    """One comparison: holds when p < alpha and sign(Δ) == sign (+1: better is higher, −1: lower);
+    contradicted when p < alpha / k with the other sign; inconclusive otherwise."""
+    if test is None or delta is None or delta == 0.0:
+        return INCONCLUSIVE
+    if np.sign(delta) == sign and test.p < alpha:
+        return HOLDS
+    if np.sign(delta) == -sign and test.p < alpha / k:
+        return CONTRADICTED
+    return INCONCLUSIVE
+
+
+def claim_verdict(verdicts: Iterable[str]) -> str | None:
+    """All comparisons hold -> holds; any contradicts -> contradicted; else inconclusive (None: no comparison)."""
+    verdicts = list(verdicts)
+    if not verdicts:
+        return None
+    if CONTRADICTED in verdicts:
+        return CONTRADICTED
+    return HOLDS if all(v == HOLDS for v in verdicts) else INCONCLUSIVE
+
+
+# ---- the catalogue ------------------------------------------------------------------------------
+
+def load_catalogue(path: str | os.PathLike) -> list[dict]:
+    import yaml
+
+    return list(yaml.safe_load(Path(path).read_text())["claims"])
+
+
+def comparisons(claim: Mapping) -> list[tuple[str, str]]:
+    """The claim's (better, worse) side pairs: `pairs`, else every better × every worse."""
+    if claim.get("pairs"):
+        return [tuple(pair) for pair in claim["pairs"]]
+    return list(itertools.product(claim["better"], claim["worse"]))
+
+
+def _metrics(claim: Mapping, scale: str | None = None) -> list[str]:
+    """The claim's metrics, or the scale's own (`scales.<scale>.metrics`) where it names them."""
+    spec = (claim.get("scales") or {}).get(scale) or {}
+    return list(spec.get("metrics") or claim["metrics"])
+
+
+def _experiments(cell: Mapping) -> list[str]:
+    found = cell["experiment"]
+    return [found] if isinstance(found, str) else list(found)
+
+
+def check_claims(claims: Sequence[Mapping], config: Mapping, scale: str) -> None:
+    """Every claim's cells at `scale` name the config's experiments, their methods, datasets, sweep
+    points and metrics; sides and pairs name declared sides. A ValueError names the key otherwise."""
+    seen = set()
+    for i, claim in enumerate(claims):
+        where = f"claims[{i}] ({claim.get('id')})"
+        if claim["id"] in seen:
+            raise ValueError(f"{where}: the id {claim['id']!r} is used twice")
+        seen.add(claim["id"])
+        sides = set(claim["sides"])
+        for better, worse in comparisons(claim):
+            for side in (better, worse):
+                if side not in sides:
+                    raise ValueError(f"{where}: side {side!r} is not one of sides {sorted(sides)}")
+            if better == worse:
+                raise ValueError(f"{where}: side {better!r} is compared with itself")
+        spec = (claim.get("scales") or {}).get(scale)
+        if spec is None:
+            continue
+        for side, cell in spec["cells"].items():
+            if side not in sides:
+                raise ValueError(f"{where}.scales.{scale}.cells: {side!r} is not one of sides {sorted(sides)}")
+            _check_cell(f"{where}.scales.{scale}.cells.{side}", cell, config, spec["datasets"],
+                        _metrics(claim, scale))
+
+
+def _check_cell(where: str, cell: Mapping, config: Mapping, datasets: Sequence[str], metrics: Sequence[str]):
+    from .aggregate import MLRC_FOLD_KEY
+
+    names = _experiments(cell)
+    for name in names:
+        experiment = config["experiments"].get(name)
+        if experiment is None:
+            raise ValueError(f"{where}.experiment: {name!r} is not an experiment of the config")
+        if cell["method"] not in experiment["methods"]:
+            raise ValueError(f"{where}.method: {cell['method']!r} is not a method of experiment {name} "
+                             f"({experiment['methods']})")
+        sweep = experiment.get("sweep") or {}
+        for key, value in (cell.get("sweep") or {}).items():
+            if key not in sweep or value not in sweep[key]:
+                raise ValueError(f"{where}.sweep: {key} = {value!r} is not a sweep point of experiment {name} "
+                                 f"({sweep})")
+        missing = [k for k in sweep if k not in (cell.get("sweep") or {}) and k != MLRC_FOLD_KEY
+                   and len(sweep[k]) > 1]
+        if missing:
+            raise ValueError(f"{where}.sweep: experiment {name} sweeps {missing}: name the point")
+        absent = [m for m in metrics if m not in experiment["metrics"]]
+        if absent:
+            raise ValueError(f"{where}: experiment {name} has no metric {absent} (metrics {experiment['metrics']})")
+    covered = {d for name in names for d in config["experiments"][name]["datasets"]}
+    if set(datasets) - covered:
+        raise ValueError(f"{where}: no experiment of {names} runs on {sorted(set(datasets) - covered)}")
+
+
+# ---- evaluation ---------------------------------------------------------------------------------
+
+def _sweep_dict(label: Any) -> dict:
+    """aggregate.sweep_label read back: "k1=v1, k2=v2" -> {k1: v1, k2: v2} (values as YAML)."""
+    import yaml
+
+    out = {}
+    for part in ("" if label is None or (isinstance(label, float) and math.isnan(label)) else str(label)).split(", "):
+        if part:
+            key, _, text = part.partition("=")
+            out[key] = yaml.safe_load(text)
+    return out
+
+
+def cell_values(tables: Mapping[str, pd.DataFrame], cell: Mapping, dataset: str, metric: str) -> dict[Any, float]:
+    """seed -> the cell's finite value of `metric` on `dataset`, from the per-seed tables of its
+    experiments (aggregate.seed_table, keyed by experiment; a run listed twice counts once)."""
+    point = dict(cell.get("sweep") or {})
+    values: dict[Any, float] = {}
+    for name in _experiments(cell):
+        table = tables.get(name)
+        if table is None or table.empty or metric not in table:
+            continue
+        rows = table[(table["method"] == cell["method"]) & (table["dataset"] == dataset)]
+        for row in rows.to_dict("records"):
+            sweep = _sweep_dict(row["sweep"])
+            if all(k in sweep and sweep[k] == v for k, v in point.items()):
+                value = row[metric]
+                if value is not None and not (isinstance(value, float) and math.isnan(value)):
+                    values.setdefault(int(row["seed"]), float(value))
+    return values
+
+
+def _summary(values: Mapping[Any, float], metric: str) -> dict:
+    x = np.asarray([paper_units(metric, v) for v in values.values()], dtype=np.float64)
+    return {"n": len(x), "mean": float(x.mean()) if len(x) else None,
+            "std": float(x.std(ddof=1)) if len(x) >= 2 else None}
+
+
+def _reason(test: TTest | None, a: Mapping, b: Mapping, paired: bool) -> str:
+    if test is not None:
+        return ""
+    if not a or not b:
+        return "no finite value on a side (no runs, or diverged)"
+    if paired and len([k for k in a if k in b]) < 2:
+        return "fewer than 2 seeds on both sides"
+    if len(a) < 2 or len(b) < 2:
+        return "n < 2 on a side: no spread to test"
+    return "no variation: t undefined"
+
+
+def evaluate_claim(claim: Mapping, scale: str, tables: Mapping[str, pd.DataFrame]) -> dict:
+    """The claim's comparisons at `scale` from the per-seed tables, each with both sides' mean ± std
+    and n (paper units), Δ, t, ν, p and its verdict, and the claim's verdict (None: no cells here)."""
+    spec = (claim.get("scales") or {}).get(scale) or {"datasets": [], "cells": {}}
+    paired = claim.get("test", "welch") == "paired"
+    sign = -1 if claim.get("lower_is_better") else 1
+    units = [(better, worse, dataset, metric) for better, worse in comparisons(claim)
+             if better in spec["cells"] and worse in spec["cells"]
+             for dataset in spec["datasets"] for metric in _metrics(claim, scale)]
+    rows = []
+    for better, worse, dataset, metric in units:
+        a = cell_values(tables, spec["cells"][better], dataset, metric)
+        b = cell_values(tables, spec["cells"][worse], dataset, metric)
+        test = paired_test(a, b) if paired else welch_test(list(a.values()), list(b.values()))
+        sa, sb = _summary(a, metric), _summary(b, metric)
+        delta = None if sa["mean"] is None or sb["mean"] is None else sa["mean"] - sb["mean"]
+        rows.append({"dataset": dataset, "metric": metric, "better": claim["sides"][better],
+                     "worse": claim["sides"][worse], "a": sa, "b": sb, "delta": delta,
+                     "t": None if test is None else test.t, "df": None if test is None else test.df,
+                     "p": None if test is None else test.p, "reason": _reason(test, a, b, paired),
+                     "verdict": comparison_verdict(delta, test, sign, k=len(units))})
+    return {"comparisons": rows, "verdict": claim_verdict(r["verdict"] for r in rows)}
+
+
+def reported_numbers(claim: Mapping, reported_dir: str | os.PathLike) -> list[dict]:
+    """The paper's printed numbers of the claim's sides (config/reported/<table>.csv), per printed
+    dataset: [{dataset, values: [{side, label, text, std}]}]; a side the paper does not print is left out."""
+    spec = claim.get("reported")
+    if not spec:
+        return []
+    frame = load_reported(Path(reported_dir) / f"{spec['table']}.csv", spec.get("block"))
+    frame = frame[frame["metric"] == spec.get("metric", _metrics(claim)[0])]
+    out = []
+    for dataset in spec["datasets"]:
+        values = []
+        for side, printed in spec["methods"].items():
+            hit = frame[(frame["dataset"] == dataset) & (frame["method"] == printed)]
+            if len(hit):
+                row = hit.iloc[0]
+                values.append({"side": side, "label": claim["sides"][side], "printed": printed,
+                               "text": row["value_text"], "std": None if math.isnan(row["std"]) else float(row["std"])})
+        out.append({"dataset": dataset, "values": values})
+    return out
+
+
+def claims_section(claims: Sequence[Mapping], scale: str, tables: Mapping[str, pd.DataFrame],
+                   reported_dir: str | os.PathLike) -> dict:
+    """The Claims section: for each claim its quote and source, its comparisons and verdict at
+    `scale` (this config's runs), and the paper's own numbers for context."""
+    out = []
+    for claim in claims:
+        evaluated = evaluate_claim(claim, scale, tables)
+        out.append({"id": claim["id"], "paper": claim["paper"], "source": claim["source"],
+                    "quote": claim["quote"], "claim": claim["claim"], "metrics": _metrics(claim, scale),
+                    "test": TESTS[claim.get("test", "welch")], "lower_is_better": bool(claim.get("lower_is_better")),
+                    "reported_table": (claim.get("reported") or {}).get("table"),
+                    "reported_metric": (claim.get("reported") or {}).get("metric", _metrics(claim)[0]),
+                    "reported": reported_numbers(claim, reported_dir), **evaluated})
+    counts = {v: sum(c["verdict"] == v for c in out) for v in (HOLDS, CONTRADICTED, INCONCLUSIVE)}
+    counts["not run"] = sum(c["verdict"] is None for c in out)
+    return {"scale": scale, "alpha": ALPHA, "claims": out, "counts": counts}
+
+
+def seed_tables(experiments: Sequence[str], paths: Sequence[str | os.PathLike]) -> dict[str, pd.DataFrame]:
+    """experiment -> its per-seed table (rule aggregate's seeds/<experiment>.csv), in the same order."""
+    return {name: pd.read_csv(path) for name, path in zip(experiments, paths, strict=True)}
