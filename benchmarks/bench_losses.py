@@ -1,7 +1,7 @@
 """PFML vs pytorch-metric-learning's ProxyAnchorLoss: time per training step of the loss alone.
 
 One step = loss forward + backward (gradients to the embeddings and the proxies) + an optimiser
-step on the proxies, in one process, the same optimiser for both. Scales of issue [1/7]:
+step on the proxies, in one process, the same optimiser for both. Scales of PFML's datasets:
 CUB (N=100 classes, M=15 proxies per class) and SOP (N=11,318, M=2), batch 100, D=512.
 
     python benchmarks/bench_losses.py                 # both scales, 40 timed steps each

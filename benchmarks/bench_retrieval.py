@@ -14,6 +14,15 @@ and prints wall time, the ratio to each anchor, and the peak extra memory of eac
 Python/numpy allocations). Usage::
 
     python benchmarks/bench_retrieval.py [--n 60502 --dim 512] [--anchors pml,torch]
+
+``--backends faiss-cpu,torch`` instead compares our k-NN backends (docs/evaluation.md#backends)
+on the same data in the same process: ``compute_retrieval`` with ks=(1,) and with the SOP set
+(1, 10, 100, 1000) (search depth k = 1000, as ``eval.ks`` of the SOP runs gives), on
+``--distance`` (the runs' default: cosine), each backend ``--repeats`` times (best time kept);
+it prints every time, the ratio of each backend to the first one, and whether the metrics are
+equal. ``--device cuda`` runs the torch path (and faiss-gpu, if listed) on the GPU::
+
+    python benchmarks/bench_retrieval.py --n 60502 --dim 512 --backends faiss-cpu,torch
 """
 
 from __future__ import annotations
@@ -128,6 +137,31 @@ def torch_anchor(x, y, chunk=4096):
     return {"precision@1": p1 / nq, "r_precision": rp / nq, "map@r": mapr / nq}
 
 
+def compare_backends(x, y, backends, args) -> None:
+    """Time compute_retrieval per backend on the same data; ratio to the first backend."""
+    from dmlrepro.evaluation import compute_retrieval
+
+    for b in backends:  # warm-up (BLAS/OpenMP/CUDA initialisation, the faiss GPU probe)
+        compute_retrieval(x[:2000], y[:2000], (1,), distance=args.distance, device=args.device, backend=b)
+    for ks in ((1,), (1, 10, 100, 1000)):
+        results = {}
+        for _ in range(max(1, args.repeats)):  # backends interleaved: a load change hits both
+            for b in backends:
+                res, dt, extra, _ = measure(lambda: compute_retrieval(
+                    x, y, ks, distance=args.distance, device=args.device, backend=b))
+                print(f"ks={ks!s:20s} {b:10s} {dt:8.2f} s  peak extra RSS "
+                      f"{(extra or 0) / 2**20:6.0f} MiB  k searched {res.k_searched}  device {res.info['device']}"
+                      f"  R@1 {res.metrics['recall@1']:.4f} MAP@R {res.metrics['map@r']:.4f}", flush=True)
+                if b not in results or dt < results[b][1]:
+                    results[b] = (res, dt, extra)
+        first = backends[0]
+        for b in backends[1:]:
+            same = results[b][0].metrics == results[first][0].metrics
+            diff = max(abs(results[b][0].metrics[k] - results[first][0].metrics[k]) for k in results[first][0].metrics)
+            print(f"ks={ks!s:20s} ratio {b} / {first}: {results[b][1] / results[first][1]:.2f}"
+                  f"  metrics identical: {same} (max |diff| {diff:.1e})", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--n", type=int, default=60502)
@@ -135,6 +169,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--anchors", default="pml,torch", help="comma list of: pml, torch")
     ap.add_argument("--no-sop-ks", action="store_true", help="skip the k=1000 SOP Recall@K run")
+    ap.add_argument("--backends", default=None,
+                    help="comma list of k-NN backends to compare (faiss-cpu, torch, faiss-gpu); skips the anchors")
+    ap.add_argument("--distance", default="cosine", help="distance of the backend comparison")
+    ap.add_argument("--repeats", type=int, default=1, help="runs per backend and ks set (best time kept)")
     ap.add_argument("--device", default=None,
                     help="our metrics' device: cpu, cuda, cuda:N (faiss on the GPU needs the gpu extra); "
                          "default: where the inputs are (numpy: CPU)")
@@ -153,6 +191,9 @@ def main() -> None:
         f" faiss {faiss.__version__} omp threads {faiss.omp_get_max_threads()}"
     )
     print(f"an N×N float32 matrix would be {args.n**2 * 4 / 2**30:.1f} GiB")
+    if args.backends:
+        compare_backends(x, y, [b.strip() for b in args.backends.split(",") if b.strip()], args)
+        return
     retrieval_metrics(x[:2000], y[:2000], device=args.device)  # warm-up (faiss/BLAS/OpenMP/CUDA initialisation)
 
     steps = [("ours", lambda: retrieval_metrics(x, y, ks=(1,), device=args.device))]

@@ -1,4 +1,4 @@
-"""Training-side benchmark (issue [7/7] item 5): data-pipeline throughput, PFML vs Proxy-Anchor
+"""Training-side benchmark: data-pipeline throughput, PFML vs Proxy-Anchor
 epoch time, peak memory. Runs the training engine's own pieces (dmlrepro.train: the run config of
 config/paper.yaml, build_run_model / build_run_loss, build_optimizer, GradScaler/autocast and the
 engine's optimizer step ``_Trainer._step``), not a re-implementation.

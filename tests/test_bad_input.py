@@ -1,4 +1,4 @@
-"""Bad input (issue "[7/7] item 4"): one table of bad inputs, each given where a researcher would
+"""Bad input (docs/bad-input.md): one table of bad inputs, each given where a researcher would
 give it (a workflow config to `snakemake -n` or `dmlrepro runs`, a run config to `dmlrepro train`,
 `dmlrepro prepare` against archives served from 127.0.0.1, `dmlrepro evaluate`,
 `dmlrepro fetch-weights`). Every row must fail with a non-zero exit and a message naming the
@@ -281,6 +281,7 @@ def _run_snakemake(ctx: Ctx, mutate) -> tuple[int, str]:
 
 @pytest.mark.parametrize("row", [pytest.param(r, id=r.id, marks=[pytest.mark.xfail(strict=True, reason=r.xfail)]
                                               if r.xfail else []) for r in ROWS])
+@pytest.mark.slow
 def test_bad_input(row: Row, tmp_path, server):
     ctx = Ctx(tmp_path, server)
     made = row.make(ctx)

@@ -6,8 +6,9 @@ the real benchmarks at 224 px (RSW's large-crop row at 256 px, its toy on Fashio
 concept on MNIST), and carry PFML
 supp. Table 5's values — checked against the paper's own transcription in
 config/reported/pfml_supp_table5.csv, not against the config's text — and the RSW code's
-per-dataset values (shared/specs/rsw.md §3.4, transcribed below); ASAP's per-dataset values (asap.md §2.6)
-are checked against dmlrepro.asap.settings.SETTINGS and the spec's tables transcribed below.
+per-dataset values (its Image-Retrieval/config.json, docs/readings/rsw.md#rsw-r3, transcribed below); ASAP's
+per-dataset values (App. A.2) are checked against dmlrepro.asap.settings.SETTINGS and the paper's tables transcribed
+below.
 """
 
 import copy
@@ -47,7 +48,7 @@ COUNTS = {
     "pfml_fig3d_delta_rep": (50, 50),
     "pfml_supp_table1_64d": (10, 10),
     "pfml_supp_table2_64d": (5, 5),
-    "pfml_supp_table3_mlrc": (20, 20),   # spec §6 S-T3/T4-MLRC: 4 folds x 5 reproductions per dataset
+    "pfml_supp_table3_mlrc": (20, 20),   # PFML-R25: 4 folds x 5 reproductions per dataset
     "pfml_supp_table4_mlrc": (20, 20),
     "pfml_supp_table5_hparams": (2, 0),
     "pfml_supp_table5_hparams_sop": (1, 0),
@@ -58,8 +59,8 @@ COUNTS = {
     "pfml_supp_fig1_retrieval_sop": (1, 0),
     "pfml_supp_fig2_tsne": (1, 0),
     "pfml_fig2_toy_field": (0, 0),
-    # RSW (spec §6 T1a-T1d, T2-T4, T6-T8, T11-T13; Tables V-VIII published only)
-    "rsw_table1": (10, 10),        # T1a + T1e (the ProxyNCA++ rerun)
+    # RSW (Tables I-IV, Figs. 3, 5-10; Tables V-VIII published only)
+    "rsw_table1": (10, 10),        # Warped-Softmax + the ProxyNCA++ rerun (RSW-R18)
     "rsw_table1_cars": (10, 10),
     "rsw_table1_sop": (10, 10),
     "rsw_table1_noval_cub": (15, 15),
@@ -84,34 +85,35 @@ COUNTS = {
     "rsw_reality_cub": (0, 0),
     "rsw_reality_cars": (0, 0),
     "rsw_reality_sop": (0, 0),
-    # ASAP (spec §6 PT-1: 13 methods x 4 datasets x 4 folds = 208; Tables 2-3 are Table 1's runs)
+    # ASAP (Table 1: 13 methods x 4 datasets x 4 folds = 208; Tables 2-3 are Table 1's runs)
     "asap_table1": (208, 208),
     "asap_table2": (104, 0),
     "asap_table3": (104, 0),
-    # ASAP figures (spec §6): PT-2 56 new, PT-5 40, PT-6 24 (C2-ASAP is PT-5's P = 8, b = 12 point),
-    # PT-7 0, PT-8 1, PT-9 48 new (batch 32 is PT-1's), PT-10 0
+    # ASAP figures: Fig. 5 56 new, Fig. 3 40, Fig. 4a 24 (C2-ASAP is Fig. 3's P = 8, b = 12 point),
+    # Fig. 4b 0, Fig. 7 1, Fig. 8 48 new (batch 32 is Table 1's), cost profile 0
     "asap_fig5_s_vs_l": (144, 56),
     "asap_fig3_proxies_pool": (40, 40),
     "asap_fig4a_alternation": (24, 22),
     "asap_fig4b_steps": (4, 0),
     "asap_fig7_geometry": (1, 1),
     "asap_fig8_batch": (64, 48),
-    "asap_fig1_mnist_poc": (1, 1),   # PT-3: proxy-based C2-ASAP on MNIST
-    "asap_mnist_samples": (2, 1),    # PT-3: + the sample-based run
+    "asap_fig1_mnist_poc": (1, 1),   # Figs. 1/6: proxy-based C2-ASAP on MNIST
+    "asap_mnist_samples": (2, 1),    # Sec. 5.2: + the sample-based run
     "asap_cost_profile": (32, 0),
     "asap_fig2_bayes": (0, 0),   # opt-in: a Bayesian search (test_asap_fig2_is_an_opt_in_search)
 }
 PFML_TOTAL, RSW_TOTAL, ASAP_TOTAL = 450, 139, 377
 # RSW's baseline reruns: Table IV's HIST column (HIST's 10 PFML Table 2 runs are in PFML_TOTAL) and the 15
-# ProxyNCA++ runs of Table I (T1e), whose CUB seed-0 run is Table IV's ProxyNCA++ column
+# ProxyNCA++ runs of Table I (RSW-R18), whose CUB seed-0 run is Table IV's ProxyNCA++ column
 RSW_BASELINES = 1 + 15
 TOTAL = PFML_TOTAL + RSW_TOTAL + RSW_BASELINES + ASAP_TOTAL
 TABLE1 = [name for name in COUNTS if name.startswith("pfml_table1")]
-TOY = "rsw_fig10_toy"          # FashionMNIST, tiny CNN, 2-d (spec §4.3)
-MNIST_POC = {"asap_fig1_mnist_poc", "asap_mnist_samples"}  # ASAP PT-3
+RSW_NMI = {"average": "geometric", "kmeans": "sklearn"}  # NMI as the RSW code computes it (RSW-R8)
+TOY = "rsw_fig10_toy"          # FashionMNIST, tiny CNN, 2-d (RSW-R19)
+MNIST_POC = {"asap_fig1_mnist_poc", "asap_mnist_samples"}  # ASAP Figs. 1/6, Sec. 5.2
 LARGE_CROP = "rsw_large"       # RSW Table I's † row: RandomResizedCrop 256 / Resize 288
 
-# RSW spec §3.4, the official code's Image-Retrieval/config.json, per dataset:
+# RSW-R3: the official code's Image-Retrieval/config.json, per dataset:
 # batch, samples per class, epochs E, followup epochs E_f, (lr, proxy lr, s, α, k1, k2) of phase 1 and
 # of phase 2, the Δ multiplier ("margin")
 RSW_CONFIG_JSON = {
@@ -159,7 +161,7 @@ def _is_asap(run):
 
 
 def test_only_the_real_benchmarks_at_224_px(runs):
-    """At 224 px (RSW's large crop 256/288); ASAP's 227/256 (spec §2.2) in test_asap_engine_settings."""
+    """At 224 px (RSW's large crop 256/288); ASAP's 227/256 (App. A.2) in test_asap_engine_settings."""
     for run in runs.values():
         if set(run.experiments) <= MNIST_POC:  # test_asap_mnist_proof_of_concept
             assert run.dataset == "mnist" and run.config["dataset"]["name"] == "mnist", run.run_id
@@ -256,9 +258,9 @@ TABLE4_OWN_RECIPES = ("hist", "proxy_nca_pp_rsw")
 
 
 def test_table1_proxy_nca_pp_rerun_follows_the_official_configs(runs):
-    """T1e: ProxyNCA++ with max+avg pooling beside Warped-Softmax in the with-validation block; its
-    official cub.json (CUB, and Cars: cars.json was never released) and sop.json [X euwern/proxynca_pp]."""
-    official = {"cub200": (32, 4, 4e-3, 400.0, 40, True), "cars196": (32, 4, 4e-3, 400.0, 40, True),
+    """RSW-R18: ProxyNCA++ with max+avg pooling beside Warped-Softmax in the with-validation block; its
+    official cub.json (CUB, and Cars: cars.json was never released) and sop.json (github.com/euwern/proxynca_pp)."""
+    official = {"cub200": (32, 4, 4e-3, 400.0, 40, RSW_NMI), "cars196": (32, 4, 4e-3, 400.0, 40, RSW_NMI),
                 "sop": (192, 3, 0.024, 240.0, 80, False)}  # batch, per class, lr, proxy lr, epochs, NMI
     found = {}
     for name in ("rsw_table1", "rsw_table1_cars", "rsw_table1_sop"):
@@ -273,9 +275,9 @@ def test_table1_proxy_nca_pp_rerun_follows_the_official_configs(runs):
             found[run.dataset] = (c["dataset"]["batch_size"], c["dataset"]["m"], o["lr"],
                                   pytest.approx(o["lr"] * o["lr_mult"]["loss"]), c["epochs"], c["eval"]["nmi"])
     assert found == official
-    t1e_cub0 = {run.run_id for run in experiment_runs(runs, "rsw_table1") if run.method == "proxy_nca_pp_rsw" and run.seed == 0}
+    pnca_cub0 = {run.run_id for run in experiment_runs(runs, "rsw_table1") if run.method == "proxy_nca_pp_rsw" and run.seed == 0}
     table4 = {run.run_id for run in experiment_runs(runs, "rsw_table4_corruptions") if run.method == "proxy_nca_pp_rsw"}
-    assert t1e_cub0 == table4
+    assert pnca_cub0 == table4
 
 
 def test_table4_baselines_train_their_own_recipes_and_see_the_same_corruptions(runs):
@@ -284,7 +286,7 @@ def test_table4_baselines_train_their_own_recipes_and_see_the_same_corruptions(r
     for method in TABLE4_OWN_RECIPES:
         assert table4[method].config["eval"]["corruptions"] == table4["rsw"].config["eval"]["corruptions"]
         assert "followup" not in table4[method].config or not table4[method].config["followup"]["epochs"]
-    pnca = table4["proxy_nca_pp_rsw"].config  # ProxyNCA++'s CUB config on RSW's head (rsw spec §2.3)
+    pnca = table4["proxy_nca_pp_rsw"].config  # ProxyNCA++'s CUB config on RSW's head (RSW-R18)
     assert pnca["loss"] == {"name": "proxy_nca", "hparams": {"softmax_scale": 9.0}}
     assert (pnca["model"]["preset"], pnca["model"]["pool"] or "avg+max", pnca["model"]["embedding_size"]) == ("rsw", "avg+max", 512)
     o = pnca["optimizer"]
@@ -330,7 +332,7 @@ RSW_TABLE1 = ["rsw_table1", *(f"rsw_table1_{suffix}" for suffix in ("cars", "sop
 
 
 def test_rsw_engine_settings(runs):
-    """The RSW code's model and optimiser (spec §3.1, §3.3) on every trained RSW run."""
+    """The RSW code's model and optimiser (RSW-R10) on every trained RSW run."""
     for name in RSW_TRAINED:
         for run in experiment_runs(runs, name):
             cfg = run.config
@@ -353,7 +355,7 @@ def test_rsw_engine_settings(runs):
 
 
 def test_rsw_per_dataset_values_of_the_released_config(runs):
-    """Table I/II, Table IV, Figs. 6-8: spec §3.4 (config.json) per dataset, two phases."""
+    """Table I/II, Table IV, Figs. 6-8: the code's config.json (RSW-R3) per dataset, two phases."""
     checked = 0
     for name in [*RSW_TABLE1, "rsw_table4_corruptions", "rsw_fig6_alpha", "rsw_fig7_k1_k2", "rsw_fig8_delta"]:
         for run in experiment_runs(runs, name):
@@ -376,13 +378,13 @@ def test_rsw_per_dataset_values_of_the_released_config(runs):
             assert follow["lr"] == pytest.approx(lr), run.run_id
             assert follow["lr"] * follow["lr_mult"]["loss"] == pytest.approx(proxy_lr), run.run_id
             assert follow["loss"] == pytest.approx({"scale": scale, "alpha": alpha, "k1": k1, "k2": k2}), run.run_id
-            assert cfg["eval"]["nmi"] is (run.dataset != "sop"), run.run_id
+            assert cfg["eval"]["nmi"] == (RSW_NMI if run.dataset != "sop" else False), run.run_id
             checked += 1
     assert checked == 15 + 45 + 2 + 20 + 36 + 10
 
 
 def test_rsw_table1_protocols(runs):
-    """T1a final epoch, 5 seeds; T1b-T1d best test epoch; T1d large crop (spec §3.2, §3.5)."""
+    """With a validation set: final epoch, 5 seeds; without: best test epoch; † large crop (RSW-R4, RSW-R6)."""
     for name in RSW_TABLE1:
         table = experiment_runs(runs, name)
         assert sorted({run.seed for run in table}) == [0, 1, 2, 3, 4], name
@@ -412,7 +414,7 @@ def test_rsw_runs_shared_between_targets(runs):
 
 
 def test_rsw_sweep_grids(runs):
-    """Spec §6 T6, T7, T8: α in {0, 5, ..., 95}; k1 x k2 6 x 6 with 1.0 in both; k in {1.0, 1.5, ..., 5.5}."""
+    """RSW-R16: α in {0, 5, ..., 95}; k1 x k2 6 x 6 with 1.0 in both; k in {1.0, 1.5, ..., 5.5}."""
     def values(name, key):
         return [run.experiments[name][key] for run in experiment_runs(runs, name)]
     assert values("rsw_fig6_alpha", "loss.hparams.alpha") == [5.0 * i for i in range(20)]
@@ -437,6 +439,7 @@ def test_rsw_table3_single_phase_without_augmentation(runs):
         assert cfg["eval"]["every"] == 1 and cfg["eval"]["before_training"], run.run_id
 
 
+@pytest.mark.slow
 def test_snakemake_configfile_stands_alone(runs):
     """`snakemake --configfile config/paper.yaml` plans exactly this file's runs: the Snakefile loads the
     embedded default (config/config.yaml) only when no --configfile is given, so none of its experiments
@@ -460,7 +463,7 @@ ASAP_PAIR = {f"{base}{suffix}": (loss, variant) for base, loss in (("c1", "c1"),
              for suffix, variant in (("_asap", "L"), ("_asap_s", "S"), ("_proxy", "proxy"))}
 ASAP_PAIR.update({"c1": ("c1", "plain"), "c2": ("c2", "plain"), "ms": ("ms", "plain"), "triplet_mlrc": ("triplet", "plain")})
 ASAP_XBM = {"c1_xbm": ("c1", "L"), "c2_xbm": ("c2", "L"), "c1_xbm_s": ("c1", "S"), "c2_xbm_s": ("c2", "S")}
-XBM_BATCHES = {"S": {"cub200": 3, "cars196": 3, "inshop": 100, "sop": 400},     # spec §2.6, memory in batches of 32
+XBM_BATCHES = {"S": {"cub200": 3, "cars196": 3, "inshop": 100, "sop": 400},     # App. A.2, memory in batches of 32
                "L": {"cub200": 25, "cars196": 25, "inshop": 400, "sop": 1400}}
 SOFT_TRIPLE_PARAMS = {"cub200": (20.0, 0.1, 0.01), "cars196": (17.69, 19.18, 0.3588),   # λ, γ, δ (§2.6)
                       "inshop": (20.0, 0.1, 0.01), "sop": (100.0, 47.9, 0.3145)}
@@ -485,7 +488,7 @@ def test_asap_table1_is_13_methods_x_4_datasets_x_4_folds(runs):
 
 
 def test_asap_engine_settings(runs):
-    """MLRC protocol and the ASAP paper's engine (spec §2.1-§2.5) on every ASAP run."""
+    """MLRC protocol and the ASAP paper's engine (Sec. 4.4, 5.1, App. A.2) on every ASAP run."""
     for run in experiment_runs(runs, "asap_table1"):
         cfg, fold = run.config, run.experiments["asap_table1"]["validation.fold"]
         assert cfg["validation"]["split"] == "fold" and cfg["validation"]["fold"] == fold, run.run_id
@@ -500,7 +503,8 @@ def test_asap_engine_settings(runs):
         assert data["batch_size"] == 32, run.run_id
         assert data["sampler"] == "m_per_class" and data["m"] == (1 if run.method in PROXY_BASELINES else 4), run.run_id
         opt = cfg["optimizer"]
-        assert (opt["name"], opt["lr"], opt["weight_decay"], opt["betas"]) == ("adam", 1e-5, 1e-4, [0.9, 0.999])
+        assert (opt["name"], opt["lr"], opt["weight_decay"], opt["betas"]) == ("adam", 1e-5, 1e-4, [0.9, 0.99])  # ASAP-R8
+        assert (cfg["eval"]["normalize"], cfg["eval"]["distance"]) == ("lipschitz", "euclidean"), run.run_id  # ASAP-R32
         proxy = run.method in PROXY_BASELINES
         assert opt["lr_mult"]["loss"] == (100.0 if proxy else 1.0), run.run_id
         assert cfg["warmup_epochs"] == (1 if proxy else 0), run.run_id
@@ -547,7 +551,7 @@ def test_asap_per_dataset_values_match_dmlrepro_asap_settings(runs):
         elif run.method in SOFT_TRIPLE:
             la, gamma, margin = SOFT_TRIPLE_PARAMS[run.dataset]
             k = SOFT_TRIPLE[run.method][run.dataset]
-            # τ (the centre regulariser, spec §2.6) only where there is more than one centre per class
+            # τ (the centre regulariser, App. A.2) only where there is more than one centre per class
             tau = {"tau": {"cub200": 0.2, "cars196": 0.0669, "inshop": 0.2, "sop": 0.2}[run.dataset]} if k > 1 else {}
             assert cfg["loss"]["hparams"] == pytest.approx(dict(centers_per_class=k, la=la, gamma=gamma, margin=margin,
                                                                 **tau))
@@ -562,7 +566,7 @@ def test_asap_per_dataset_values_match_dmlrepro_asap_settings(runs):
 
 
 def test_asap_mnist_proof_of_concept(runs):
-    """PT-3: ResNetV2-20 from scratch, 2-d, P = 4, b = 16 [P §4.4, §5.2]; MNIST train/test with 10 % of each
+    """ASAP-R28: ResNetV2-20 from scratch, 2-d, P = 4, b = 16 (Sec. 4.4, 5.2); MNIST train/test with 10 % of each
     training digit validating; at most 4 alternations (Figs. 1/6 (b)); proxy- vs sample-based (eq. 4.10)."""
     poc = experiment_runs(runs, "asap_fig1_mnist_poc")
     pair = {run.method: run for run in experiment_runs(runs, "asap_mnist_samples")}
@@ -576,6 +580,8 @@ def test_asap_mnist_proof_of_concept(runs):
         assert cfg["loss"]["name"] == "asap_c2" and cfg["loss"]["hparams"]["proxies_per_class"] == 4
         assert (asap["enabled"], asap["b"], asap["max_alternations"], asap["proxies"]) == (True, 16, 4, proxies)
         assert cfg["eval"]["select"] == "best_val"
+        assert (cfg["eval"]["normalize"], cfg["eval"]["distance"]) == ("lipschitz", "euclidean")  # ASAP-R32
+        assert cfg["optimizer"]["betas"] == [0.9, 0.99]  # ASAP-R8
 
 
 def test_asap_report_names_the_printed_rows(config):
@@ -620,7 +626,7 @@ def test_asap_figure_protocols(runs):
 
 
 def test_pfml_mlrc_engine(runs):
-    """PFML supp. Tables 3-4 (pfml spec §4.5): MLRC's engine (reference-implementations.md §3) with PFML's loss,
+    """PFML supp. Tables 3-4 (PFML-R25): MLRC's engine (PROTO-R3) with PFML's loss,
     4 MLRC-scheme folds x 5 reproductions per dataset, CUB patience 9 every 200 steps, Cars 14 every 500."""
     cells = set()
     for name, dataset in (("pfml_supp_table3_mlrc", "cars196"), ("pfml_supp_table4_mlrc", "cub200")):
@@ -644,7 +650,7 @@ def test_pfml_mlrc_engine(runs):
 
 
 def test_asap_fig2_is_an_opt_in_search(config):
-    """PT-4: left out unless chosen (opt_in), then one search of λ ({0} ∪ log-U[1e-6, 1]) × P (1..12), ~35
+    """ASAP Fig. 2 (ASAP-R27): left out unless chosen (opt_in), then one search of λ ({0} ∪ log-U[1e-6, 1]) × P (1..12), ~35
     trials, over C2-ASAP on CUB's ablation split with b = 12; no runs of its own."""
     from dmlrepro.runs import active_experiments, search_runs
 
@@ -663,7 +669,7 @@ def test_asap_fig2_is_an_opt_in_search(config):
 
 
 def test_rsw_reality_check_is_opt_in_search_then_final(config):
-    """Spec §4.5 / §6 T10: per dataset the §4.5 losses, one 50-trial search over 4 folds each,
+    """RSW App. D (RSW-R21): per dataset the App. D-A losses, one 50-trial search over 4 folds each,
     then 10 reproductions × 4 folds + 10 Complete (512-d, no validation) runs of the best point."""
     from dmlrepro.runs import COMPLETE_KEY, active_experiments, final_runs, method_search_spec, search_runs
     from dmlrepro.tuning.bayes import parse_space

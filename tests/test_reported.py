@@ -1,8 +1,8 @@
 """Checks for the transcribed PFML paper tables in config/reported/.
 
-Spot-check values below were read directly from the paper extractions
-(/work/shared/papers/pfml.pdf-extract.txt, pfml-supplement.txt, cross-read in
-pfml.html-extract.txt), not copied from the CSVs.  Values are compared as
+Spot-check values below were read directly from the paper ("Potential Field Based Deep Metric
+Learning": the PDF main paper and supplement, cross-read in the arXiv HTML rendering), not
+copied from the CSVs.  Values are compared as
 strings, because the CSVs keep numbers exactly as printed (e.g. "31.0", "78.11").
 Shared helpers (reading, format rules, cell lookup): tests/reported_csv.py.
 """

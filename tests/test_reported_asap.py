@@ -1,7 +1,7 @@
 """Checks for the transcribed ASAP DML paper numbers in config/reported/asap_*.csv.
 
 Paper: "ASAP DML: Deep Metric Learning with Alternating Sets of Alternating Proxies"
-(/work/shared/papers/asap.txt).  Spot-check values below were read directly from the
+(anonymous, under review).  Spot-check values below were read directly from the
 paper text (Tables 1-3, Sec. 5.2 and App. A.3.3), not copied from the CSVs.  Values are
 compared as strings, because the CSVs keep numbers exactly as printed (e.g. "23.50").
 """
@@ -97,7 +97,8 @@ def test_all_expected_asap_files_present():
 @pytest.mark.parametrize("path", csvs("asap"), ids=lambda p: p.name)
 def test_format(path):
     # the paper prints no ± values, and only author-year citations (none in the tables)
-    check_format(path, datasets=DATASETS, std=False, citation=False)
+    check_format(path, datasets=DATASETS, std=False, citation=False,
+                 source_prefix="ASAP DML: Deep Metric Learning with Alternating Sets of Alternating Proxies, ")
 
 
 @pytest.mark.parametrize("name,n", sorted(EXPECTED_ROWS.items()))

@@ -1,8 +1,8 @@
 """Checks for the transcribed RSW paper tables (config/reported/rsw_table*.csv).
 
 "Realigned Softmax Warping for Deep Metric Learning" (DeMoor & Prevost, arXiv:2408.15656),
-Tables I-VIII.  Spot-check values below were read directly from the paper text
-(/work/shared/papers/rsw.txt), not copied from the CSVs.  Values are compared as strings,
+Tables I-VIII.  Spot-check values below were read directly from the paper, not copied from
+the CSVs.  Values are compared as strings,
 because the CSVs keep numbers exactly as printed (e.g. "88.00", "63.0", "0.1").
 """
 import pytest
@@ -130,7 +130,7 @@ def test_all_expected_files_present():
 
 @pytest.mark.parametrize("path", csvs("rsw"), ids=lambda p: p.name)
 def test_format(path):
-    check_format(path, metrics=METRICS, datasets=DATASETS, source_prefix="RSW paper Table ",
+    check_format(path, metrics=METRICS, datasets=DATASETS, source_prefix="Realigned Softmax Warping for Deep Metric Learning (arXiv:2408.15656), Table ",
                  strict_text=True, no_dash=True)
 
 

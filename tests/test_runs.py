@@ -1,4 +1,4 @@
-"""Experiments resolve into content-addressed runs (issue [4/7] item 2)."""
+"""Experiments resolve into content-addressed runs (docs/workflow.md)."""
 
 import copy
 

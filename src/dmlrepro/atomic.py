@@ -1,4 +1,4 @@
-"""Atomic file writes (DESIGN.md "Conventions": write a temp file in the same folder, then rename).
+"""Atomic file writes (docs/architecture.md: write a temp file in the same folder, then rename).
 
 Every output the pipeline trusts (manifests, embeddings, metrics, checkpoints) is written through
 here, so a crash leaves either the old file or the new one, never a half-written one.

@@ -17,6 +17,7 @@ COMMANDS = {
     "check-report": ("dmlrepro.report.browser", "main", [], "check a built HTML report in headless Chromium (images, console, screenshot)"),
     "tune": ("dmlrepro.tuning.cli", "main", [], "Bayesian-optimisation search of run-config keys: SEARCH_CONFIG OUTDIR"),
     "losses": ("dmlrepro.cli", "losses_main", [], "list the losses that config can name"),
+    "preflight": ("dmlrepro.preflight.cli", "main", [], "build and step every run shape on this node; project the cost"),
 }
 
 

@@ -1,4 +1,4 @@
-"""Experiments → runs: the run table of the pipeline (DESIGN.md "Contracts", issue [4/7] item 2).
+"""Experiments → runs: the run table of the pipeline (docs/workflow.md, docs/architecture.md).
 
 An experiment names methods × datasets × seeds × a sweep grid; each combination is a partial
 run config built by deep-merging, in order,

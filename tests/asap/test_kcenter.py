@@ -117,7 +117,7 @@ def test_b_equal_P_takes_the_whole_pool():
 
 
 def test_normalized_pool_option():
-    """A6 switch: with normalize=True the comparison is between 𝒩(pool) and 𝒩(centres)."""
+    """ASAP-R6 switch: with normalize=True the comparison is between 𝒩(pool) and 𝒩(centres)."""
     feats, labels = _table(seed=4)
     feats = feats * 3
     embed = lambda idx: feats[idx]  # noqa: E731

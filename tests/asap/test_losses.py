@@ -94,7 +94,7 @@ def test_pair_loss_matches_double_loop(base, hp, seed):
 
 @pytest.mark.parametrize("base", ["ms", "triplet"])
 def test_proxy_anchor_role(base):
-    """A9 'proxy': proxies are the anchors and batch samples the references."""
+    """ASAP-R9 'proxy': proxies are the anchors and batch samples the references."""
     hp = CASES[base][0]
     emb, labels, proxies = _batch(5)
     loss = ASAPLoss(base, C, D, proxies_per_class=P, anchor="proxy", **hp)
@@ -106,7 +106,7 @@ def test_proxy_anchor_role(base):
 
 
 def test_batch_pair_weight_adds_in_batch_term():
-    """A2: loss = proxy_weight·L(batch, proxies) + batch_pair_weight·L(batch, batch)."""
+    """ASAP-R2: loss = proxy_weight·L(batch, proxies) + batch_pair_weight·L(batch, batch)."""
     hp = CASES["c2"][0]
     emb, labels, proxies = _batch(7)
     mixed = ASAPLoss("c2", C, D, proxies_per_class=P, batch_pair_weight=0.1, proxy_weight=1.0, **hp)

@@ -1,4 +1,4 @@
-"""ASAP's MNIST proof of concept at paper scale (config/paper.yaml, asap spec §6 PT-3) trains end to end:
+"""ASAP's MNIST proof of concept at paper scale (config/paper.yaml, ASAP-R28) trains end to end:
 the two run configs exactly as paper.yaml resolves them (ResNetV2-20 from scratch, 2-d, P = 4, b = 16,
 10 % of each training digit validating, at most 4 alternations), shortened to a few steps, on a tiny
 MNIST in the release's IDX layout (dmlrepro.data prepares it from local files: no network)."""
@@ -42,6 +42,7 @@ def paper_runs():
 
 
 @pytest.mark.parametrize("method", ["c2_asap_mnist", "c2_asap_mnist_samples"])
+@pytest.mark.slow
 def test_paper_config_trains_on_mnist_in_the_release_layout(mnist_root, paper_runs, method, tmp_path):
     cfg = copy.deepcopy(paper_runs[method].config)
     cfg["dataset"].update(root=str(mnist_root), eval_batch_size=64)

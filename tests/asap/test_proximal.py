@@ -77,7 +77,7 @@ def test_snapshot_capture_and_lambda_zero():
     net = _net()
     reg = ProximalRegularizer(net, lam=1e-2)
     _move(net, 4)
-    best = reg.capture()            # best-in-projection θ (A4)
+    best = reg.capture()            # best-in-projection θ (ASAP-R4)
     _move(net, 5)
     reg.snapshot(best)              # θ* ← θ_bp, the live θ keeps its value
     for a, b in zip(reg.anchor, best):
@@ -86,7 +86,7 @@ def test_snapshot_capture_and_lambda_zero():
     reg.snapshot()                  # θ* ← current θ
     assert float(reg.penalty()) == 0.0
     _move(net, 6)
-    reg.lam = 0.0                   # λ_eff = 0 in the first projection (A3)
+    reg.lam = 0.0                   # λ_eff = 0 in the first projection (ASAP-R3)
     for p in reg.params:
         p.grad = torch.zeros_like(p)
     reg.add_to_grad()

@@ -1,4 +1,4 @@
-"""Sample-based ASAP (paper eq. 4.10, §5.2; spec PT-3): ``asap.proxies: samples``.
+"""Sample-based ASAP (paper eq. 4.10, §5.2; ASAP-R28): ``asap.proxies: samples``.
 
 The k-Center-selected samples stand in for the proxies: at every step the loss's proxies are the
 current network's embeddings of those samples (eval transform, in the batch's train-mode forward
@@ -79,11 +79,11 @@ def sample_run(synth_root, tmp_path_factory):
 
     def step(self, x, y):
         before = copy.deepcopy(self.model.state_dict())
-        loss_before = self.pos["epoch_loss_sum"]
+        loss_before = float(self._loss_sum)  # the epoch's loss sum, kept on the device between host syncs
         indices = self.projections.indices.clone()
         what = orig_step(self, x, y)
         steps.append({"x": x.clone(), "y": self.labelmap(y.clone()), "theta": before, "indices": indices,
-                      "value": self.pos["epoch_loss_sum"] - loss_before, "what": what,
+                      "value": float(self._loss_sum) - loss_before, "what": what,
                       "global_step": self.pos["global_step"],
                       "grads": {n: p.grad.clone() for n, p in self.model.named_parameters() if p.grad is not None},
                       "lam": self.projections.reg.lam})
@@ -132,6 +132,7 @@ def _reference_loss(model, x, y, anchor_x, P, num_classes):
 
 
 # -- 1. the loss at a step = C2 with proxies = current embeddings of the selected samples --------------
+@pytest.mark.slow
 def test_step_loss_is_c2_with_current_embeddings_of_selected_samples(sample_run):
     cfg, out, log, steps, t = sample_run
     ds = _train_eval(t)
@@ -148,6 +149,7 @@ def test_step_loss_is_c2_with_current_embeddings_of_selected_samples(sample_run)
 
 
 # -- 2. gradients through the anchors; no trainable proxy parameter -----------------------------------
+@pytest.mark.slow
 def test_no_trainable_proxy_parameter(sample_run):
     cfg, out, log, steps, t = sample_run
     assert t.loss.sample_based and list(t.loss.parameters()) == []
@@ -161,8 +163,9 @@ def test_no_trainable_proxy_parameter(sample_run):
     assert torch.equal(final["projections"]["indices"], t.projections.indices)
 
 
+@pytest.mark.slow
 def test_engine_gradients_flow_through_anchor_embeddings(sample_run):
-    """The engine's gradients at step 1 (λ_eff = 0, A3) equal float64 autograd of the reference loss
+    """The engine's gradients at step 1 (λ_eff = 0, ASAP-R3) equal float64 autograd of the reference loss
     through batch *and* anchor embeddings, and differ from those with the anchors detached."""
     cfg, out, log, steps, t = sample_run
     ds = _train_eval(t)
@@ -213,6 +216,7 @@ def test_loss_forward_with_given_proxies_matches_reference_and_backpropagates():
 
 
 # -- 3. the picks change exactly at an alternation, by k-Center as proxy-based ASAP -----------------
+@pytest.mark.slow
 def test_selected_samples_change_exactly_at_alternations(sample_run):
     cfg, out, log, steps, t = sample_run
     alt_steps = {a["step"] for a in log["alternations"]}
@@ -232,6 +236,7 @@ def test_selected_samples_change_exactly_at_alternations(sample_run):
         assert all(set(labels[np.asarray(r)].tolist()) == {c} for c, r in enumerate(a["samples"]))
 
 
+@pytest.mark.slow
 def test_alternation_picks_are_kcenter_seeded_with_the_samples_at_theta_star(sample_run):
     """Recomputed here: pool = the same seeded draw, f(·; θ*) in float64 (BN inference mode, eval
     transform as pool_augment is off), seeds = the previous picks embedded at θ*, brute-force Alg. 2."""
@@ -298,6 +303,7 @@ def test_bad_proxies_value_names_the_key(synth_root):
         resolve_run_config(sample_config(synth_root, proxies="sample"))
 
 
+@pytest.mark.slow
 def test_trainable_default_keeps_a_proxy_parameter_and_plain_forward(synth_root, tmp_path, monkeypatch):
     """Proxy-based ASAP as before: the proxies are the loss's trainable parameter in the optimizer,
     the engine's forward is the batch alone, no picks are logged."""
@@ -330,6 +336,7 @@ def test_trainable_default_keeps_a_proxy_parameter_and_plain_forward(synth_root,
     assert calls == [16] * E  # one forward pass per step, of the batch alone
 
 
+@pytest.mark.slow
 def test_resumed_sample_based_run_is_identical(sample_run, tmp_path):
     """Cut the shared run back to the checkpoint after its first alternation and train on: the picks
     (checkpointed indices, anchor images re-loaded) and the final weights are those of the full run."""

@@ -62,7 +62,7 @@ def test_global_patience_survives_alternations():
 
 def test_lambda_eff_and_optimizer_reset():
     s = AlternationSchedule(5, projection_patience=1, global_patience=50, lam=2e-4)
-    assert s.lam_eff == 0.0                             # A3: λ off in the first projection
+    assert s.lam_eff == 0.0                             # ASAP-R3: λ off in the first projection
     d = _run(s, [0.1, 0.1], 5)
     assert d[0].lam == 0.0 and d[1].alternate and d[1].lam == 2e-4 and not d[1].reset_optimizer
     assert s.evaluations[1]["lambda_eff"] == 0.0 and s.lam_eff == 2e-4
@@ -79,7 +79,7 @@ def test_loss_proxy_single_projection():
 
 
 def test_projection_logs_and_minimum_length():
-    """Each projection lasts ≥ (pp + 1)·E steps, a multiple of E (spec PT-7)."""
+    """Each projection lasts ≥ (pp + 1)·E steps, a multiple of E (Fig. 4(b))."""
     E, pp = 25, 3
     s = AlternationSchedule(E, projection_patience=pp, global_patience=1000)
     values = [0.1 * (i % 7) for i in range(60)]
@@ -97,7 +97,7 @@ def test_projection_logs_and_minimum_length():
 
 
 def test_steps_unit():
-    """A7 alternative: the literal "60 steps" — stop once the last global improvement is ≥ 60 steps old."""
+    """ASAP-R7 alternative: the literal "60 steps" — stop once the last global improvement is ≥ 60 steps old."""
     s = AlternationSchedule(25, global_patience=60, global_patience_unit="steps")
     d = _run(s, [0.5, 0.4, 0.4, 0.4, 0.4], 25)
     assert [x.stop for x in d] == [False, False, False, True]   # 100 − 25 = 75 ≥ 60; 75 − 25 = 50 < 60

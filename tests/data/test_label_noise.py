@@ -59,7 +59,7 @@ def test_any_mode_allows_true_label():
     labels = np.repeat(np.arange(4), 2500)
     noisy = corrupt_labels(labels, seed=0, rate=1.0, mode="any")
     same = np.mean(noisy == labels)
-    assert abs(same - 0.25) < 0.03  # effective rate 1 - 1/C, as the spec says
+    assert abs(same - 0.25) < 0.03  # effective rate 1 - 1/C (mode 'any', PFML-R23)
 
 
 def test_rate_and_mode_validation():

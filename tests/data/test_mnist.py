@@ -173,6 +173,7 @@ def test_cli(tmp_path, server, capsys):
     assert {len(re.match(r"\S+ +", line).group()) for line in out.splitlines()} == {len("fashion_mnist ")}  # aligned
 
 
+@pytest.mark.slow
 def test_train_on_shared_classes(tmp_path, server):
     """A tiny run on the prepared tiny MNIST: training on train, retrieval on test (the same classes)."""
     from dmlrepro.evaluation import load_embeddings

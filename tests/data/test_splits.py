@@ -122,7 +122,7 @@ def test_kfold_mlrc_cars_quirk():
 
 @pytest.mark.parametrize("c, sizes", [(100, [25, 25, 25, 25]), (98, [24, 25, 24, 25]), (11318, [2829, 2830, 2829, 2830])])
 def test_kfold_linspace(c, sizes):
-    """ASAP's rule: partitions at np.linspace(0, C, 5); asap.md §3.2 gives Cars 24/25/24/25."""
+    """ASAP's rule: partitions at np.linspace(0, C, 5); ASAP-R33 gives Cars 24/25/24/25."""
     folds = kfold_class_splits(range(c), 4, "linspace")
     assert [len(v) for _, v in folds] == sizes
     assert sorted(np.concatenate([v for _, v in folds]).tolist()) == list(range(c))  # covers all, once

@@ -1,4 +1,4 @@
-"""Device routing of the faiss search (GPU use is decided without needing a GPU here)."""
+"""Backend choice of the k-NN search and the faiss-GPU probe (decided without a GPU here)."""
 
 from __future__ import annotations
 
@@ -6,77 +6,120 @@ import logging
 
 import numpy as np
 import pytest
+import torch
 
-from dmlrepro.evaluation import knn_search
-from dmlrepro.evaluation.knn import FAISS_GPU_MAX_K, _build_index, _resolve_gpu, import_faiss
+from dmlrepro.evaluation import knn, knn_search
+from dmlrepro.evaluation.knn import FAISS_GPU_MAX_K, import_faiss, resolve_backend, work_device
 
 
 class FakeGpuFaiss:
-    """Wraps real faiss; pretends to have 2 GPUs and records CPU->GPU index moves."""
+    """Wraps real faiss; pretends to see ``gpus`` GPUs."""
 
-    def __init__(self):
+    def __init__(self, gpus=2):
         self._faiss = import_faiss()
-        self.moved = []
+        self.gpus = gpus
 
     def __getattr__(self, name):
         return getattr(self._faiss, name)
 
     def get_num_gpus(self):
-        return 2
+        return self.gpus
 
     class StandardGpuResources:  # noqa: D106
         pass
 
-    def index_cpu_to_gpu(self, res, gpu, index):
-        self.moved.append(gpu)
-        return index  # searching stays on CPU, only the routing is under test
 
-
-class FakeCudaTensor:
-    """Looks like a torch CUDA tensor to the routing code."""
-
-    __module__ = "torch"
-
-    def __init__(self, index):
-        self.is_cuda = True
-        self.device = type("D", (), {"index": index})()
-
-    def detach(self):  # pragma: no cover - not called by _resolve_gpu
-        raise AssertionError
-
-
-def test_resolve_gpu():
+@pytest.fixture
+def fake_faiss(monkeypatch):
+    """A fake faiss with 2 GPUs and a probe outcome per GPU (True unless set)."""
     fake = FakeGpuFaiss()
-    assert _resolve_gpu(None, (np.zeros((2, 2)), None), fake) is None  # numpy input: CPU
-    assert _resolve_gpu(None, (FakeCudaTensor(1), None), fake) == 1  # CUDA input: its GPU
-    assert _resolve_gpu("cpu", (FakeCudaTensor(0), None), fake) is None
-    assert _resolve_gpu("cuda", (np.zeros((2, 2)),), fake) == 0
-    assert _resolve_gpu("cuda:1", (np.zeros((2, 2)),), fake) == 1
-    with pytest.raises(ValueError, match="faiss sees 2 GPU"):
-        _resolve_gpu("cuda:2", (np.zeros((2, 2)),), fake)
-    with pytest.raises(ValueError, match="device must be"):
-        _resolve_gpu("tpu", (np.zeros((2, 2)),), fake)
-    real = import_faiss()
-    if not (hasattr(real, "StandardGpuResources") and real.get_num_gpus() > 0):
-        # CUDA input but a CPU-only faiss: fall back to the CPU (documented), no error.
-        assert _resolve_gpu(None, (FakeCudaTensor(0), None), real) is None
+    outcomes: dict[int, bool] = {}
+    probed: list[int] = []
+
+    def run_probe(gpu):
+        probed.append(gpu)
+        return outcomes.get(gpu, True)
+
+    monkeypatch.setattr(knn, "import_faiss", lambda: fake)
+    monkeypatch.setattr(knn, "_probe_cache", {})
+    monkeypatch.setattr(knn, "_run_probe", run_probe)
+    return fake, outcomes, probed
 
 
-def test_gpu_index_only_up_to_faiss_gpu_max_k(caplog):
-    fake = FakeGpuFaiss()
-    x = np.random.default_rng(0).normal(size=(50, 4)).astype(np.float32)
-    _build_index(x, "euclidean", 0, FAISS_GPU_MAX_K, fake)
-    assert fake.moved == [0]
+def test_auto_backend_routing(fake_faiss, monkeypatch):
+    fake, outcomes, probed = fake_faiss
+    cpu, cuda1 = torch.device("cpu"), torch.device("cuda", 1)
+    assert resolve_backend("auto", cpu, 10) == "faiss-cpu"  # the CPU: faiss as before
+    assert resolve_backend("auto", cuda1, 10) == "faiss-gpu"  # probed fine
+    assert resolve_backend("auto", cuda1, FAISS_GPU_MAX_K + 1) == "torch"  # deeper than faiss's GPU k
+    assert probed == [1]  # the probe runs once per GPU and process
+    outcomes[0] = False
+    assert resolve_backend("auto", torch.device("cuda", 0), 10) == "torch"  # probe failed: torch
+    assert resolve_backend("auto", torch.device("cuda", 0), 10) == "torch"
+    assert probed == [1, 0]
+    fake.gpus = 0  # a CPU-only faiss on a CUDA machine: torch on the GPU
+    assert resolve_backend("auto", cuda1, 10) == "torch"
+    monkeypatch.setattr(knn, "import_faiss", lambda: (_ for _ in ()).throw(ImportError("no faiss")))
+    assert resolve_backend("auto", cpu, 10) == "torch"  # no faiss at all
+
+
+def test_explicit_backends(fake_faiss):
+    fake, outcomes, _ = fake_faiss
+    cuda0 = torch.device("cuda", 0)
+    assert resolve_backend("torch", cuda0, 10) == "torch"
+    assert resolve_backend("faiss-cpu", cuda0, 10) == "faiss-cpu"
+    assert resolve_backend("faiss-gpu", cuda0, 10) == "faiss-gpu"
+    with pytest.raises(ValueError, match="cannot search k"):
+        resolve_backend("faiss-gpu", cuda0, FAISS_GPU_MAX_K + 1)
+    outcomes[1] = False
+    with pytest.raises(ValueError, match="probe search on GPU 1 failed"):
+        resolve_backend("faiss-gpu", torch.device("cuda", 1), 10)
+    fake.gpus = 0
+    with pytest.raises(ValueError, match="faiss sees 0 GPU"):
+        resolve_backend("faiss-gpu", cuda0, 10)
+    with pytest.raises(ValueError, match="knn backend must be one of"):
+        resolve_backend("annoy", cuda0, 10)
+
+
+def test_probe_subprocess_abort_is_caught_and_cached(monkeypatch, caplog):
+    # A faiss wheel without kernels for the GPU aborts the process: the probe runs in a child,
+    # so an abort there is a False here, logged, and asked only once per process.
+    monkeypatch.setattr(knn, "_probe_cache", {})
+    monkeypatch.setattr(knn, "_PROBE_CODE", "import os, sys; sys.stderr.write('no kernel image'); os.abort()")
     with caplog.at_level(logging.WARNING, logger="dmlrepro.evaluation.knn"):
-        _build_index(x, "cosine", 1, FAISS_GPU_MAX_K + 1, fake)
-    assert fake.moved == [0]  # not moved: k too large for the GPU
-    assert "faiss GPU maximum" in caplog.text
+        assert knn.faiss_gpu_usable(0) is False
+    assert "no kernel image" in caplog.text
+    monkeypatch.setattr(knn, "_PROBE_CODE", "print('ok')")
+    assert knn.faiss_gpu_usable(0) is False  # cached for the process
+    assert knn.faiss_gpu_usable(1) is True  # another GPU: its own probe
+    monkeypatch.setattr(knn, "_PROBE_CODE", "import sys; print('wrong'); sys.exit(0)")
+    assert knn._run_probe(2) is False  # a wrong answer is a failure too
 
 
-def test_knn_scores_and_clamping():
+def test_probe_code_is_a_real_faiss_gpu_search():
+    # The probe itself: on this machine (faiss-cpu, no GPU) it must fail cleanly, not hang.
+    faiss = import_faiss()
+    if hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
+        pytest.skip("faiss has GPU support here")
+    assert knn._run_probe(0) is False
+
+
+def test_work_device():
+    assert work_device(None, (np.zeros((2, 2)), None)) == torch.device("cpu")
+    assert work_device(None, (torch.zeros(2, 2), None)) == torch.device("cpu")
+    assert work_device("cpu", (torch.zeros(2, 2),)) == torch.device("cpu")
+    with pytest.raises(ValueError, match="device must be"):
+        work_device("tpu", (None,))
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="torch sees no CUDA GPU"):
+            work_device("cuda", (None,))
+
+
+@pytest.mark.parametrize("backend", ["faiss-cpu", "torch"])
+def test_knn_scores_and_clamping(backend):
     x = np.array([[0.0, 0.0], [1.0, 0.0], [3.0, 0.0]], dtype=np.float32)
-    d, i = knn_search(x, 10)  # k clamped to N-1 = 2
+    d, i = knn_search(x, 10, backend=backend)  # k clamped to N-1 = 2
     np.testing.assert_array_equal(i, [[1, 2], [0, 2], [1, 0]])
     np.testing.assert_allclose(d, [[1, 9], [1, 4], [4, 9]])  # squared L2, ascending
-    s, i = knn_search(x[1:], 1, x, distance="cosine")  # query -> reference, cosine similarity
+    s, i = knn_search(x[1:], 1, x, distance="cosine", backend=backend)  # query -> reference, cosine similarity
     assert i.shape == (2, 1) and np.all(s[:, 0] == pytest.approx(1.0))

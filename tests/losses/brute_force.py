@@ -26,7 +26,7 @@ def pfml_potentials(delta_att, delta_rep, alpha, alpha0_mode="linear"):
 
 
 def cpml_potentials(delta_att, delta_rep, repulsion="mirror"):
-    """ψ*_att (supp. eq. 2) and the two readings of ψ*_rep (specs/pfml.md §2.1)."""
+    """ψ*_att (supp. eq. 2) and the two readings of ψ*_rep (docs/readings/pfml.md#pfml-r8)."""
     def att(d):
         return delta_att ** 2 if d < delta_att else d ** 2
 

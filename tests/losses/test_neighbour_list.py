@@ -1,4 +1,4 @@
-"""The proxy–proxy neighbour list stays exact as proxies move (specs/pfml.md §1.6 shortcut, issue [1/7] item 7)."""
+"""The proxy–proxy neighbour list stays exact as proxies move (docs/losses.md, exact near-pair evaluation)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""PFML and CPML against a literal float64 evaluation of eqs. (1)–(6) (specs/pfml.md §1.8)."""
+"""PFML and CPML against a literal float64 evaluation of eqs. (1)–(6) (docs/readings/pfml.md#pfml-r2)."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def test_pfml_equals_literal_equations(pair_search, m, alpha_mode):
     value.backward()
     literal, att, (gz, gp) = reference("pfml", z, y, p, num_classes, m, delta_att, delta_rep, alpha, alpha0_mode)
     n_points = batch + num_classes * m
-    # spec §1.8.1: literal eq. (6) = PFMLLoss + (B + NM)·ψ_att(0)
+    # PFML-R2: literal eq. (6) = PFMLLoss + (B + NM)·ψ_att(0)
     assert value.item() + n_points * float(att(torch.tensor(0.0, dtype=torch.float64))) == pytest.approx(literal, rel=1e-12, abs=1e-9)
     torch.testing.assert_close(zr.grad, gz, rtol=1e-10, atol=1e-10)
     if m:
@@ -101,7 +101,7 @@ def test_mean_reduction_divides_by_point_count():
 
 @pytest.mark.parametrize("who", ["sample", "proxy"])
 def test_gradient_is_twice_the_field_gradient(who):
-    """spec §1.8.2: ∇U at a point = 2·∇_r Ψ_class(r) with the other sources held fixed (finite differences)."""
+    """PFML-R2: ∇U at a point = 2·∇_r Ψ_class(r) with the other sources held fixed (finite differences)."""
     num_classes, m, dim, da, dr, alpha = 3, 2, 4, 0.5, 0.7, 3.0
     z, y, p = make_problem(11, 6, num_classes, m, dim)
     loss = build("pfml", num_classes, dim, m, p, da, dr, alpha=alpha)
@@ -125,7 +125,7 @@ def test_gradient_is_twice_the_field_gradient(who):
 
 @pytest.mark.parametrize("same,distance", [(True, 0.3), (False, 0.9), (False, 0.7)])
 def test_zero_force_zones(same, distance):
-    """spec §1.8.3: no force between a lone same-class pair inside δ_att, nor a different-class pair at d ≥ δ_rep."""
+    """Eqs. (1)-(2): no force between a lone same-class pair inside δ_att, nor a different-class pair at d ≥ δ_rep."""
     loss = PFMLLoss(2, 2, 0, delta=0.5, delta_rep=0.7, alpha=4.0).double()
     z = torch.tensor([[0.0, 0.0], [distance, 0.0]], dtype=torch.float64, requires_grad=True)
     y = torch.tensor([0, 0 if same else 1])
@@ -139,7 +139,7 @@ def test_zero_force_zones(same, distance):
 
 @pytest.mark.parametrize("kind,pair_search", list(itertools.product(["pfml", "cpml"], ["dense", "neighbour"])))
 def test_finite_gradients_at_coincident_points(kind, pair_search):
-    """spec §1.8.4: duplicated embeddings and proxies sitting exactly on samples (same and other class)."""
+    """PFML-R7: duplicated embeddings and proxies sitting exactly on samples (same and other class)."""
     num_classes, m, dim = 3, 2, 4
     z, y, p = make_problem(5, 6, num_classes, m, dim)
     z = z.float()

@@ -1,4 +1,4 @@
-"""RSW against literal float64 evaluations of eqs. 4, 7 and 8 (specs/rsw.md §1.7 unit tests)."""
+"""RSW against literal float64 evaluations of eqs. 4, 7 and 8 (and the identities they imply)."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_k1_k2_one_is_eq4(alpha):
 
 
 def test_inside_alpha_value_is_eq4_but_gradient_scaled_by_k1():
-    """spec §1.7 (ii) and the analytic gradients ∂L/∂t_y = s·f1'·(1 − p_y), ∂L/∂t_j = −s·p_j."""
+    """With Δ (k = 1) the value equals eq. 4 inside α; the analytic gradients ∂L/∂t_y = s·f1'·(1 − p_y), ∂L/∂t_j = −s·p_j."""
     e, y, p = problem(2)
     k1, s = 0.3, 1.7
     value, ge, _ = run(module(p, alpha=1e6, k1=k1, k2=1.5, scale=s), e, y)

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("float64_default")  # tests/conftest.py
 
 D = 3
 LABELS = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])  # batch of 8: 4 classes × 2
-MARGINS = [(0.0, 0.3841), (0.2858, 0.5130)]      # (m⁺, m⁻): CUB and InShop/SOP of spec §1.7
+MARGINS = [(0.0, 0.3841), (0.2858, 0.5130)]      # (m⁺, m⁻): CUB and InShop/SOP of ASAP App. A.2
 
 
 def _batches(seed, n, m=8, scale=0.7, unit=False):

@@ -1,4 +1,4 @@
-"""Report kind `improvement` (ASAP Fig. 5, A22): a metric per method and its improvement over the
+"""Report kind `improvement` (ASAP Fig. 5, ASAP-R22): a metric per method and its improvement over the
 method's base loss, absolute and in %, drawn as grouped bars; config validation of report.base."""
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from dmlrepro.report.sections import blocks_as_metrics, build_section, run_curve
 PNG = b"\x89PNG\r\n\x1a\n"
 REPORTED = "config/reported"
 
-# spec §2.1 Table III, the printed f1(t1) − f2(t2) of each row
+# RSW Table III, the printed f1(t1) − f2(t2) of each row
 PRINTED = {
     "V1": lambda t1, t2: t1 - t2,
     "V2": lambda t1, t2: t1 ** 2 - t2 ** 2,
@@ -137,7 +137,7 @@ def test_table4_blocks_become_corruption_metrics():
     frame = blocks_as_metrics(reported, {"recall@1": "Uncorrupted", "recall@1@gaussian_3": "Additive Noise: Gaussian"},
                               ["CUB-200-2011"])
     got = {(r.method, r.dataset, r.metric): r.value for r in frame.itertuples()}
-    assert got[("Warped Softmax", "CUB-200-2011", "recall@1")] == 72.5  # spec §5 Table IV
+    assert got[("Warped Softmax", "CUB-200-2011", "recall@1")] == 72.5  # RSW Table IV
     assert got[("Regular Softmax", "CUB-200-2011", "recall@1@gaussian_3")] == 56.7
     assert got[("HIST", "CUB-200-2011", "recall@1@gaussian_3")] == 57.2
     assert len(frame) == 8
@@ -191,4 +191,4 @@ def test_published_only_table_keeps_the_printed_column_order_and_claims_no_stand
     assert [c["dataset"] for c in table["columns"]] == ["LFW", "CFP-FP", "AgeDB-30", "CALFW", "CPLFW"]
     assert not any(c["stand_in"] for c in table["columns"])
     warped = next(r for r in table["rows"] if r["label"] == "Warped-Softmax")
-    assert [c["paper"] for c in warped["cells"]] == [99.85, 98.66, 97.63, 95.82, 93.25]  # spec §5 Table V
+    assert [c["paper"] for c in warped["cells"]] == [99.85, 98.66, 97.63, 95.82, 93.25]  # RSW Table V

@@ -71,7 +71,8 @@ def tiny(data_root):
 def run_cli(args: list[str], env_extra: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python -m dmlrepro.train.cli ARGS`` in a fresh process (1 thread)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env_extra or {})}
-    for k in ("DMLREPRO_TEST_KILL_AFTER_STEPS", "DMLREPRO_TEST_SIGNAL_AFTER_STEPS", "DMLREPRO_TEST_KILL_IN_CHECKPOINT"):
+    for k in ("DMLREPRO_TEST_KILL_AFTER_STEPS", "DMLREPRO_TEST_SIGNAL_AFTER_STEPS", "DMLREPRO_TEST_KILL_IN_CHECKPOINT",
+              "DMLREPRO_TEST_SIGNAL"):
         if k not in (env_extra or {}):
             env.pop(k, None)
     return subprocess.run([sys.executable, "-m", "dmlrepro.train.cli", *args], cwd=REPO, env=env,

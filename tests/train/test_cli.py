@@ -20,6 +20,7 @@ def _write(tmp_path, cfg, name="run.yaml"):
     return str(p)
 
 
+@pytest.mark.slow
 def test_train_and_evaluate_cli(tiny, tmp_path, capsys):
     out = tmp_path / "run"
     conf = _write(tmp_path, tiny(eval={"every": 2, "nmi": True}))
@@ -64,6 +65,7 @@ def test_bad_config_exit_code_names_key(tiny, tmp_path, capsys):
     assert not (tmp_path / "run").exists()  # nothing was started
 
 
+@pytest.mark.slow
 def test_best_test_selection(tiny, tmp_path):
     out = tmp_path / "run"
     cfg = tiny(epochs=4, optimizer={"name": "sgd", "lr": 0.05, "momentum": 0.9}, eval={"select": "best_test"})
@@ -79,6 +81,7 @@ def test_best_test_selection(tiny, tmp_path):
     assert evaluate_run(out)["metrics"] == m["metrics"]  # rebuilt from best_model.pt
 
 
+@pytest.mark.slow
 def test_launch_with_submitit_debug_executor(tiny, tmp_path, capsys):
     out = tmp_path / "run"
     conf = _write(tmp_path, tiny(epochs=1, steps_per_epoch=2))

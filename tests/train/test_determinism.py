@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from dmlrepro.train import list_checkpoints, read_checkpoint, train_run
@@ -14,6 +15,7 @@ def _final(outdir):
     return read_checkpoint(list_checkpoints(outdir / "checkpoints")[-1]), json.loads((outdir / "metrics.json").read_text())
 
 
+@pytest.mark.slow
 def test_num_workers_do_not_change_the_result_but_the_seed_does(tiny, tmp_path):
     common = dict(epochs=2, steps_per_epoch=3, dataset__hflip=0.5, eval={"every": 0, "before_training": False})
     train_run(tiny(**common, num_workers=0), tmp_path / "w0", progress=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import yaml
 
 from dmlrepro.train import train_run
@@ -19,6 +20,7 @@ def _exploding(tiny):
                 eval={"distance": "euclidean"})
 
 
+@pytest.mark.slow
 def test_divergence_is_recorded_with_last_finite_metrics(tiny, tmp_path):
     out = tmp_path / "run"
     res = train_run(_exploding(tiny), out, progress=False)  # returns, does not raise
@@ -37,6 +39,7 @@ def test_divergence_is_recorded_with_last_finite_metrics(tiny, tmp_path):
     assert not (out / "embeddings_test.npz").exists()
 
 
+@pytest.mark.slow
 def test_cli_exit_code_is_zero_for_a_diverged_run(tiny, tmp_path, capsys):
     conf = tmp_path / "run.yaml"
     conf.write_text(yaml.safe_dump(_exploding(tiny)))

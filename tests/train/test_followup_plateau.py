@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import hashlib
 import json
 import math
 
@@ -102,6 +103,7 @@ def _expected_phases(values: list[float], patience: int, min_delta: float) -> tu
 
 
 # -- the switch and the second stop ---------------------------------------------------------------------
+@pytest.mark.slow
 def test_phase_2_starts_after_patience_runs_out_and_the_run_stops_after_patience_again(plateau_run):
     cfg, out, _ = plateau_run
     rows, log, m = _read(out)
@@ -130,6 +132,7 @@ def test_phase_2_starts_after_patience_runs_out_and_the_run_stops_after_patience
     assert last["epoch"] == stop + 1 and last["followup_start"] == switch + 1 and last["stopped"] == stop
 
 
+@pytest.mark.slow
 def test_phase_2_takes_the_followup_lrs_and_loss_attributes(plateau_run):
     _, out, seen = plateau_run
     rows, _, m = _read(out)
@@ -157,6 +160,7 @@ def test_group_lrs_is_a_pure_function_of_the_switch_epoch(synth_root):
     assert group_lrs(fixed, 8, 3) == phase1 and group_lrs(fixed, 9) == phase2
 
 
+@pytest.mark.slow
 def test_followup_epochs_caps_phase_2(plateau_run, synth_root, tmp_path):
     _, ref, _ = plateau_run
     start = _read(ref)[2]["followup_start_epoch"]
@@ -169,6 +173,7 @@ def test_followup_epochs_caps_phase_2(plateau_run, synth_root, tmp_path):
     assert [p["end_reason"] for p in log["projections"]] == ["followup", "followup_epochs"]
 
 
+@pytest.mark.slow
 def test_the_epochs_cap_in_phase_1_leaves_no_phase_2(plateau_run, synth_root, tmp_path):
     _, ref, _ = plateau_run
     start = _read(ref)[2]["followup_start_epoch"]
@@ -181,6 +186,7 @@ def test_the_epochs_cap_in_phase_1_leaves_no_phase_2(plateau_run, synth_root, tm
 
 
 # -- resume ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_interrupted_plateau_run_resumes_to_the_same_result(plateau_run, synth_root, tmp_path, monkeypatch):
     cfg, ref, _ = plateau_run
     start = _read(ref)[2]["followup_start_epoch"]
@@ -254,16 +260,20 @@ def test_the_default_trigger_leaves_run_ids_unchanged(tmp_path):
     fixed.pop("checkpoint")
     resolved = resolve_run_config(fixed)
     assert resolved["followup"]["trigger"] == "epochs"
-    # computed before followup.trigger existed
-    assert config_hash(resolved) == "542c956e6f"
+    # computed before followup.trigger existed, when `deterministic: true` was still part of a run's
+    # identity (it is a runtime key now: every run id changed with it, and only with it)
+    identity = {**run_identity(resolved), "deterministic": True}
+    old = hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str).encode())
+    assert old.hexdigest()[:10] == "542c956e6f"
+    assert config_hash(resolved) == "4e40af01c5"
     for ident in (run_identity(resolved), without_late_defaults(resolved), config_identity(resolved)):
         assert "trigger" not in ident["followup"]
     explicit = copy.deepcopy(fixed)
     explicit["followup"]["trigger"] = "epochs"
-    assert config_hash(resolve_run_config(explicit)) == "542c956e6f"
+    assert config_hash(resolve_run_config(explicit)) == "4e40af01c5"
     plateau = copy.deepcopy(fixed)
     plateau["followup"]["trigger"] = "plateau"
-    assert config_hash(resolve_run_config(plateau)) != "542c956e6f"
+    assert config_hash(resolve_run_config(plateau)) != "4e40af01c5"
     assert run_identity(resolve_run_config(plateau))["followup"]["trigger"] == "plateau"
 
 

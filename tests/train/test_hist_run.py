@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import pytest
 import torch
 
 from dmlrepro.train import read_checkpoint, resolve_run_config, train_run
@@ -52,6 +53,7 @@ def _log(run: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_hist_run_logs_the_hgnn_lr_and_resumes_identically(tiny, tmp_path):
     cfg = hist_config(tiny, checkpoint={"keep": 5})
     full = train_run(cfg, tmp_path / "full", progress=False)

@@ -33,6 +33,7 @@ def test_every_method_sees_the_same_noise_and_another_seed_differs(tiny):
     assert not np.array_equal(pfml.labels, other.labels)
 
 
+@pytest.mark.slow
 def test_a_noisy_run_trains(tiny, tmp_path):
     assert train_run(tiny(dataset__label_noise={"rate": 0.2, "seed": 1}), tmp_path / "run", progress=False)["status"] == "completed"
 

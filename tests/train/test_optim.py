@@ -73,6 +73,7 @@ def test_schedules_match_torch_schedulers():
             s.step()
 
 
+@pytest.mark.slow
 def test_followup_switches_loss_attributes_and_lrs(tiny, tmp_path):
     cfg = tiny(loss={"name": "rsw", "hparams": {"alpha": 28.4, "k1": 0.93, "k2": 1.15, "scale": 4.5}},
                model__l2_normalize=False, optimizer={"name": "adam", "lr": 0.01, "eps": 1.0, "lr_mult": {"loss": 100}},
@@ -116,6 +117,7 @@ def _initial_model(cfg):
     return build_run_model(cfg)
 
 
+@pytest.mark.slow
 def test_warmup_freezes_backbone_and_bn_freeze_keeps_running_stats(tiny, tmp_path):
     common = dict(epochs=2, warmup_epochs=1, checkpoint={"keep": 3}, eval={"every": 0, "before_training": False})
     # Proxy-Anchor semantics: BN frozen (stats + affine), affine trainable again after warm-up

@@ -29,6 +29,7 @@ def final_state(cfg, outdir):
     return emb.astype(np.float64), np.searchsorted(classes, labels), loss
 
 
+@pytest.mark.slow
 def test_w2_of_pfml_proxies_equals_a_literal_assignment(tiny, tmp_path):
     cfg = tiny(eval__proxy_metrics=["w2"], loss__hparams={"proxies_per_class": 2})
     record = train_run(cfg, tmp_path / "run", progress=False)
@@ -42,6 +43,7 @@ def test_w2_of_pfml_proxies_equals_a_literal_assignment(tiny, tmp_path):
     assert record["proxy_metrics"]["w2"] == pytest.approx(np.mean(per_class), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_avg_dtp_of_rsw_proxies_equals_a_literal_loop(tiny, tmp_path):
     cfg = tiny(eval__proxy_metrics=["avg_dtp"], loss__name="rsw", loss__hparams={"alpha": 2.0, "k1": 0.5, "k2": 1.5},
                model__l2_normalize=False)

@@ -36,6 +36,7 @@ def brute_force_recall(query, query_labels, gallery, gallery_labels, k):
     return float(np.mean([(gallery_labels[row] == label).any() for row, label in zip(order, query_labels)]))
 
 
+@pytest.mark.slow
 def test_query_gallery_metrics_match_brute_force_and_survive_re_evaluation(tiny, inshop_like_root, tmp_path):
     cfg = tiny(dataset__name="inshop", dataset__root=str(inshop_like_root), dataset__test_split="query",
                dataset__gallery_split="gallery", eval__every=0, eval__before_training=False)

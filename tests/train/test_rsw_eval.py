@@ -34,6 +34,7 @@ def _model_and_loss(cfg, state):
     return cfg, model, loss
 
 
+@pytest.mark.slow
 def test_avg_dtp_per_epoch_equals_a_literal_loop_at_every_checkpoint(tiny, tmp_path):
     cfg = _rsw(tiny, eval__every=1, eval__proxy_metrics=["avg_dtp"], eval__proxy_metrics_per_epoch=True,
                checkpoint__keep=10)
@@ -61,6 +62,7 @@ def test_avg_dtp_per_epoch_equals_a_literal_loop_at_every_checkpoint(tiny, tmp_p
     assert checked == 3
 
 
+@pytest.mark.slow
 def test_per_epoch_proxy_metrics_resume_bit_for_bit(tiny, tmp_path):
     cfg = _rsw(tiny, eval__every=1, eval__proxy_metrics=["avg_dtp"], eval__proxy_metrics_per_epoch=True)
     conf = tmp_path / "run.yaml"
@@ -76,6 +78,7 @@ def test_per_epoch_proxy_metrics_resume_bit_for_bit(tiny, tmp_path):
     assert a["metrics"] == b["metrics"] and a["proxy_metrics"] == b["proxy_metrics"]
 
 
+@pytest.mark.slow
 def test_corruption_metrics_equal_a_direct_evaluation(tiny, tmp_path):
     from dmlrepro.data import ManifestDataset, build_transform
     from dmlrepro.data.corruptions import build_corruption

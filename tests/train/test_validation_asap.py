@@ -1,5 +1,5 @@
 """Validation split, early stopping, best-validation selection and ASAP's alternating projections
-inside the training engine (specs/asap.md §1.6, §2.5, §3.2, §7 A3/A4/A5/A7).
+inside the training engine (paper Alg. 1, Sec. 4.4, App. A.2; readings ASAP-R3, ASAP-R4, ASAP-R5, ASAP-R7, ASAP-R33).
 
 Everything runs on a tiny synthetic dataset (32 classes x 12 images, 16 training classes) with
 the 3-layer tiny CNN and 3 steps per epoch (= one evaluation interval E). One ASAP run (every
@@ -121,6 +121,7 @@ def capture_trainer(monkeypatch) -> dict:
     return seen
 
 
+@pytest.mark.slow
 def test_engine_trains_on_fold_classes_only(synth_root, tmp_path, monkeypatch):
     """The engine's own datasets and loss (captured from a 1-epoch run), and the labels it trains on."""
     from dmlrepro.data.splits import kfold_class_splits
@@ -152,6 +153,7 @@ def _expected_stop(values: list[float], patience: int, min_delta: float) -> tupl
     return best_i, 0
 
 
+@pytest.mark.slow
 def test_early_stopping_after_patience_evaluations(synth_root, tmp_path):
     patience, min_delta = 2, 0.01
     cfg = asap_config(synth_root, loss={"name": "pair_c2", "hparams": {"pos_margin": 0.0, "neg_margin": 0.3841}},
@@ -181,6 +183,7 @@ def test_early_stopping_after_patience_evaluations(synth_root, tmp_path):
 
 
 # -- 3. best_val selection ---------------------------------------------------------------------------
+@pytest.mark.slow
 def test_best_val_selects_and_embeds_the_best_validation_model(asap_run):
     from dmlrepro.evaluation.embeddings_io import load_embeddings
     from dmlrepro.train import compute_embeddings
@@ -217,6 +220,7 @@ def test_best_val_selects_and_embeds_the_best_validation_model(asap_run):
 
 
 # -- 4. alternation rule -----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_alternations_follow_projection_patience(asap_run):
     cfg, out, m, log = asap_run
     a, v = cfg["asap"], cfg["validation"]
@@ -229,7 +233,7 @@ def test_alternations_follow_projection_patience(asap_run):
     alternation_steps = []
     for i, e in enumerate(evals, 1):
         assert e["step"] == E * i and e["projection"] == projection
-        assert e["lambda_eff"] == (0.0 if projection == 0 else lam)  # A3
+        assert e["lambda_eff"] == (0.0 if projection == 0 else lam)  # ASAP-R3
         if e["map_r"] > best_g + md:
             best_g, bad_g = e["map_r"], 0
         else:
@@ -266,12 +270,13 @@ def test_alternations_follow_projection_patience(asap_run):
         reg = _ckpt_at_epoch_end(out, i)["projections"]["reg"]
         now = e["projection"] + (1 if e["alternate"] else 0)
         assert reg["lam"] == (0.0 if now == 0 else lam), f"epoch {i}"
-    # validation embeddings of each projection's solution (Fig. 7; PT-8 needs those closed by an alternation)
+    # validation embeddings of each projection's solution (Fig. 7; Fig. 7 needs those closed by an alternation)
     for p in projs:
         if p["end_reason"] in ("alternation", "early_stop"):
             assert (out / "projections" / f"projection-{p['projection']}_val.npz").is_file()
 
 
+@pytest.mark.slow
 def test_last_projection_val_embeddings_saved_when_epoch_cap_ends_run(asap_run):
     cfg, out, m, log = asap_run
     last = log["projections"][-1]
@@ -279,6 +284,7 @@ def test_last_projection_val_embeddings_saved_when_epoch_cap_ends_run(asap_run):
     assert (out / "projections" / f"projection-{last['projection']}_val.npz").is_file()
 
 
+@pytest.mark.slow
 def test_projection_val_embeddings_are_those_of_the_best_in_projection_model(asap_run):
     from dmlrepro.evaluation.embeddings_io import load_embeddings
     from dmlrepro.train import compute_embeddings
@@ -298,18 +304,20 @@ def test_projection_val_embeddings_are_those_of_the_best_in_projection_model(asa
         np.testing.assert_allclose(saved.embeddings, emb, rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_alternation_resets_proxies_by_kcenter_and_keeps_optimizer(asap_run):
     """At an alternation the proxies are re-selected (they change discontinuously) and the
-    optimiser's moments are kept (A5 default)."""
+    optimiser's moments are kept (ASAP-R5 default)."""
     cfg, out, m, log = asap_run
     step = log["alternations"][0]["step"]
     epoch = step // E
     before, after = _ckpt_at_epoch_end(out, epoch - 1), _ckpt_at_epoch_end(out, epoch)
-    assert after["optimizer"]["state"], "optimizer state was cleared (A5 default keeps it)"
+    assert after["optimizer"]["state"], "optimizer state was cleared (ASAP-R5 default keeps it)"
     assert before["projections"]["selections"] == 1 and after["projections"]["selections"] == 2
 
 
 # -- 5. proximal anchor = best-in-projection weights ---------------------------------------------------
+@pytest.mark.slow
 def test_proximal_anchor_is_best_in_projection_weights(asap_run):
     cfg, out, m, log = asap_run
     names = _trainable_names(cfg)
@@ -334,6 +342,7 @@ def test_proximal_anchor_is_best_in_projection_weights(asap_run):
     assert torch.equal(final["projections"]["best_proxies"], ck["loss"]["proxies"])
 
 
+@pytest.mark.slow
 def test_anchor_matches_a_run_cut_at_the_best_epoch(asap_run, tmp_path):
     """Same run cut (epochs) at the best evaluation of the first projection: its final weights
     are the anchor set at the first alternation."""
@@ -348,6 +357,7 @@ def test_anchor_matches_a_run_cut_at_the_best_epoch(asap_run, tmp_path):
         assert torch.equal(a, cut_model[n]), n
 
 
+@pytest.mark.slow
 def test_proxies_are_never_regularised(synth_root, tmp_path, monkeypatch):
     seen = capture_trainer(monkeypatch)
     train_run(asap_config(synth_root, epochs=1), tmp_path / "r", progress=False)

@@ -1,4 +1,4 @@
-"""`validation.split: samples` (ASAP's MNIST proof of concept, asap.md §6 PT-3: "10 % of train as
+"""`validation.split: samples` (ASAP's MNIST proof of concept, ASAP-R28: "10 % of train as
 validation"): every training class trains and validates, on disjoint images; run ids of
 configs that predate `validation.fraction` are unchanged."""
 
@@ -42,6 +42,7 @@ def test_samples_split_trains_and_validates_every_class_on_disjoint_images(synth
     assert np.array_equal(np.sort(test.rows), np.sort(manifest.indices("test")))
 
 
+@pytest.mark.slow
 def test_asap_run_with_the_samples_split_completes(synth_root, tmp_path):
     metrics = train_run(samples_config(synth_root, epochs=3), tmp_path / "run", progress=False)
     assert metrics["status"] == "completed"

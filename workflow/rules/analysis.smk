@@ -4,8 +4,11 @@ rule aggregate:
         train_logs=experiment_logs,
     output:
         table=f"{RESULTS}/experiments/{{experiment}}.csv",
+        seeds=f"{RESULTS}/experiments/seeds/{{experiment}}.csv",  # per-seed values (Claims)
     log:
         f"{RESULTS}/logs/aggregate/{{experiment}}.log",
+    wildcard_constraints:
+        experiment="[^/]+",  # seeds/<experiment>.csv is this rule's second output, not an experiment
     conda:
         "../../envs/dmlrepro-cpu.yaml"
     params:
@@ -51,6 +54,14 @@ rule report:
     input:
         sections=expand(rules.report_section.output.section, experiment=EXPERIMENTS),
         template=f"{TEMPLATES}/index.html.j2",
+        claims_template=f"{TEMPLATES}/claims.html.j2",
+        # the Claims section: the catalogue and every experiment's per-seed values
+        claims=[CLAIMS] if CLAIMS else [],
+        seeds=(
+            expand(rules.aggregate.output.seeds, experiment=EXPERIMENTS)
+            if CLAIMS
+            else []
+        ),
     output:
         html=f"{RESULTS}/report/index.html",
     log:
@@ -60,6 +71,8 @@ rule report:
     params:
         experiments=EXPERIMENTS,  # the sections' order
         title=config.get("title", "dmlrepro report"),
+        claims_scale=(config.get("claims") or {}).get("scale"),
+        reported_dir=REPORTED,
     message:
         "Rendering the HTML report"
     script:

@@ -15,6 +15,7 @@ from dmlrepro.runs import (
     resolve_runs,
     search_runs,
 )
+from dmlrepro.report.claims import check_claims, load_catalogue
 from dmlrepro.report.sections import check_improvement
 from dmlrepro.train.data import label_noise_path
 
@@ -24,6 +25,12 @@ for name, experiment in config[
 ].items():  # a bad report.base fails before any job
     if (experiment.get("report") or {}).get("kind") == "improvement":
         check_improvement(name, experiment)
+# the report's Claims section (config `claims`): the catalogue's cells at this config's scale
+CLAIMS = None
+if config.get("claims"):
+    CLAIMS = f"{workflow.basedir}/{config['claims']['catalogue']}"
+    validate({"claims": load_catalogue(CLAIMS)}, "../schemas/claims.schema.yaml")
+    check_claims(load_catalogue(CLAIMS), config, config["claims"]["scale"])
 
 DATA = config["data_root"]
 RESULTS = config["results"]
@@ -254,8 +261,9 @@ def experiment_methods(wildcards):
 
 
 def train_resource(name):
-    """A training job's resource `name` for the scheduler (runtime, mem_mb, gpu, or slurm_extra:
-    the warning signal): resources.train.<dataset> over resources.train.default over built-ins.
+    """A training job's resource `name` for the scheduler (runtime, mem_mb, gpu, cpus: the job's
+    threads, or slurm_extra: the warning signal): resources.train.<dataset> over
+    resources.train.default over built-ins.
     """
     requests = (config.get("resources") or {}).get("train") or {}
     unknown = sorted(set(requests) - {"default"} - set(config["datasets"]))
@@ -267,7 +275,7 @@ def train_resource(name):
 
     def resource(wildcards):
         run = job_run(wildcards)
-        merged = {"runtime": 60, "mem_mb": 4000, "gpu": 0}
+        merged = {"runtime": 60, "mem_mb": 4000, "gpu": 0, "cpus": 1}
         merged.update(requests.get("default") or {})
         merged.update(requests.get(run.dataset) or {})
         # a search trains trials x folds runs one after the other

@@ -8,7 +8,7 @@ rule train:
         f"{RESULTS}/logs/train/{{run}}.log",
     conda:
         "../../envs/dmlrepro-gpu.yaml"
-    threads: 1
+    threads: train_resource("cpus")  # sbatch --cpus-per-task; the run's CPU budget
     resources:
         runtime=train_resource("runtime"),
         mem_mb=train_resource("mem_mb"),
@@ -34,7 +34,7 @@ checkpoint search:
         f"{RESULTS}/logs/search/{{search}}.log",
     conda:
         "../../envs/dmlrepro-gpu.yaml"
-    threads: 1
+    threads: train_resource("cpus")  # sbatch --cpus-per-task; the run's CPU budget
     resources:
         runtime=train_resource("runtime"),
         mem_mb=train_resource("mem_mb"),

@@ -1,4 +1,4 @@
-"""ASAP DML's algorithmic core (specs/asap.md §1): Lipschitz normalisation, greedy k-Center proxy
+"""ASAP DML's algorithmic core (paper Sec. 4, Alg. 1–2; docs/readings/asap.md): Lipschitz normalisation, greedy k-Center proxy
 selection, the proximal regulariser, the alternation schedule and the wrapped pair losses.
 
 One concept per module; not yet wired into the training engine (docs/asap.md).

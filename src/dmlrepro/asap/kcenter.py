@@ -1,25 +1,25 @@
-"""Greedy k-Center proxy selection (ASAP paper Alg. 2, §4.3; spec §1.5–1.6).
+"""Greedy k-Center proxy selection (ASAP paper Alg. 2, §4.3).
 
 For each class c a pool of training samples is embedded with f(·; θ*) and P new proxies are picked
 by farthest-first traversal *seeded with the class's current (converged) proxies* ρ_c:
 
     q ← argmax_{u ∈ pool \\ r_c}  min_{v ∈ ρ_c ∪ r_c} ‖u − v‖₂ ,   r_c ← r_c ∪ {q}    (P times)
 
-Pool size (spec §1.6, from the later code): b if b ≥ P, otherwise b·P (``small_budget="times_p"``);
+Pool size (ASAP-R34, from the later code): b if b ≥ P, otherwise b·P (``small_budget="times_p"``);
 b = 1 is plain random sampling of P samples per class (paper §4.3 "b = 1 reduces to random
 sampling"), and b = P also selects the whole (random) pool. Ties in the argmax go to the lowest pool
 position, so the selection is a pure function of the pool, the centres and the seed that drew the pool.
 
-Ambiguity switches (spec §7), defaults = the spec's reading:
+Ambiguity switches, defaults = the project's readings (docs/readings/asap.md):
 
-* A1 ``first_init`` (:func:`initial_proxies`): ``"kcenter_from_random"`` — ρ* = P random samples per
+* ASAP-R1 ``first_init`` (:func:`initial_proxies`): ``"kcenter_from_random"`` — ρ* = P random samples per
   class, then k-Center from ρ*; ``"random"`` — the random samples themselves; ``"kcenter_from_zero"`` —
   the later code's all-zero "current proxies" (first picks = largest-norm samples).
-* A6 ``normalize`` (pool and centres compared raw, i.e. un-normalised 128-D outputs: ``False``).
+* ASAP-R6 ``normalize`` (pool and centres compared raw, i.e. un-normalised 128-D outputs: ``False``).
   Train augmentation on and BN in inference mode are properties of the `embed` callable the engine
   passes in; they are not decided here.
-* A15 (pool size of ASAP-S, P = 1): nothing special here — `b` is whatever the caller passes
-  (the spec's reading: the same b as ASAP-L, see :mod:`dmlrepro.asap.settings`).
+* ASAP-R15 (pool size of ASAP-S, P = 1): nothing special here — `b` is whatever the caller passes
+  (the reading: the same b as ASAP-L, see :mod:`dmlrepro.asap.settings`).
 
 Distances are computed in the difference form ‖u − v‖ (pools are small: b ≤ 16 per class), batched
 over classes with torch; CPU or GPU tensors both work.
@@ -42,7 +42,7 @@ FIRST_INIT = ("kcenter_from_random", "random", "kcenter_from_zero")
 def pool_size(b: int, proxies_per_class: int, small_budget: str = "times_p") -> int:
     """Per-class pool size for budget `b` and P proxies per class.
 
-    ``"times_p"`` (spec §1.6, later code): b if b ≥ P else b·P (so b = 1 gives P random samples);
+    ``"times_p"`` (ASAP-R34, later code): b if b ≥ P else b·P (so b = 1 gives P random samples);
     ``"clip"``: max(b, P).
     """
     if b < 1 or proxies_per_class < 1:
@@ -107,7 +107,7 @@ def sample_pools(labels: torch.Tensor, num_classes: int, size: int, generator: t
     """(num_classes, size) dataset indices: `size` samples per class without replacement.
 
     A class with fewer than `size` samples is wrapped: its reshuffled indices are concatenated until
-    `size` are drawn (later code `samplers.OnePerClass`, spec §1.6).
+    `size` are drawn (later code `samplers.OnePerClass`, ASAP-R34).
     """
     out = torch.empty(num_classes, size, dtype=torch.long)
     for c, idx in enumerate(class_index_lists(labels, num_classes)):
@@ -138,14 +138,14 @@ def select_proxies(embed: Callable[[torch.Tensor], torch.Tensor], labels: torch.
 
     Args:
         embed: maps a 1-D LongTensor of dataset indices to their (n, D) embeddings f(x; θ*) (the
-            engine's job: chunking, train augmentation, BN in inference mode — spec A6).
+            engine's job: chunking, train augmentation, BN in inference mode — ASAP-R6).
         labels: (N,) training labels in 0..C-1.
         current: (C, P, D) current proxies ρ* (the k-Center seeds), or None (no seeds).
         b: the pool budget; see :func:`pool_size`. b = 1 returns P random samples per class.
         proxies_per_class: P (taken from `current` when given).
-        normalize: compare Lipschitz-normalised pool and centres (A6; default raw).
+        normalize: compare Lipschitz-normalised pool and centres (ASAP-R6; default raw).
         num_classes: C when `current` is None (default: max label + 1).
-        zero_seeds: with `current=None`, seed every class with one all-zero centre (A1 later code).
+        zero_seeds: with `current=None`, seed every class with one all-zero centre (ASAP-R1 later code).
     """
     start = time.perf_counter()
     if current is not None:
@@ -189,7 +189,7 @@ def initial_proxies(embed: Callable[[torch.Tensor], torch.Tensor], labels: torch
                     normalize: bool = False) -> KCenterSelection:
     """The first proxies of Alg. 1 ("initialize ρ* with random samples", then GreedyKCenterProxy).
 
-    `first_init` (A1): ``"kcenter_from_random"`` (default) — ρ* = embeddings of P random samples per
+    `first_init` (ASAP-R1): ``"kcenter_from_random"`` (default) — ρ* = embeddings of P random samples per
     class, then k-Center seeded with ρ*; ``"random"`` — ρ* itself; ``"kcenter_from_zero"`` — k-Center
     seeded with all-zero proxies (later code).
     """
@@ -214,7 +214,7 @@ def covering_radius(points: torch.Tensor, centers: torch.Tensor) -> float:
 
 def mean_class_covering_radius(embeddings: torch.Tensor, labels: torch.Tensor, proxies: torch.Tensor) -> float:
     """Mean over classes of the covering radius of class c's samples by its proxies (C, P, D)
-    (the optional per-projection diagnostic of spec §6 "Minimum logging")."""
+    (an optional per-projection diagnostic: Prop. 4.2's covering radius)."""
     labels = torch.as_tensor(labels).long()
     radii = [covering_radius(embeddings[labels == c], proxies[c])
              for c in range(proxies.shape[0]) if bool((labels == c).any())]

@@ -1,10 +1,10 @@
 """The four pair losses ASAP wraps — C1, C2, MS, Triplet — on proxy–sample pairs (ASAP) and on
-batch×batch pairs (the plain baselines). Paper §4.1–4.3, Alg. 1, A.2; spec §1.7.
+batch×batch pairs (the plain baselines). Paper §4.1–4.3, Alg. 1, A.2.
 
 Vectors are first mapped by 𝒩(v) = v / max(1, ‖v‖) (paper §4.4; `normalize`). With anchors a and
 references k (d = ‖𝒩a − 𝒩k‖₂, s = 𝒩aᵀ𝒩k; P_a / N_a = same-class / other-class references):
 
-* C1 (contrastive, Hadsell 2006, XBM's official code; A29):
+* C1 (contrastive, Hadsell 2006, XBM's official code; ASAP-R29):
   (1/n_a) Σ_a [ Σ_{k∈P_a, s<1−ε} (1 − s) + Σ_{k∈N_a, s>μ} s ],  ε = 1e-5, μ = 0.5.
 * C2 (contrastive with a positive margin, Wu 2017 = the generalized contrastive loss of eq. 4.2,
   (ι(d − β) + α)_+ with m^± = β ∓ α): [d − m⁺]_+ on positives, [m⁻ − d]_+ on negatives.
@@ -14,16 +14,16 @@ references k (d = ‖𝒩a − 𝒩k‖₂, s = 𝒩aᵀ𝒩k; P_a / N_a = same-
 ASAP (eq. 4.11, Alg. 1) pairs the batch samples with all C·P proxies; the baselines pair the batch
 with itself, self-pairs excluded.
 
-Ambiguity switches (spec §7), defaults = the spec's reading:
+Ambiguity switches, defaults = the project's readings (docs/readings/asap.md):
 
-* A2 ``batch_pair_weight=0.0`` (ASAPLoss): weight of the in-batch sample–sample term added to the proxy
+* ASAP-R2 ``batch_pair_weight=0.0`` (ASAPLoss): weight of the in-batch sample–sample term added to the proxy
   term (paper Alg. 1: proxies only; later code 0.1). ``proxy_weight=1.0``.
-* A9 ``anchor="sample"`` (ASAPLoss): batch samples are anchors, proxies references (``"proxy"``: reversed).
-* A10 ``reduction``: C2 ``"nonzero"`` (mean of the non-zero positive terms + mean of the non-zero
+* ASAP-R9 ``anchor="sample"`` (ASAPLoss): batch samples are anchors, proxies references (``"proxy"``: reversed).
+* ASAP-R10 ``reduction``: C2 ``"nonzero"`` (mean of the non-zero positive terms + mean of the non-zero
   negative terms), C1 ``"anchor"`` (sum / number of anchors), MS ``"anchor"`` (mean over anchors),
   Triplet ``"nonzero"`` (mean over triplets with a positive loss). ``"mean"`` is Alg. 1's plain mean over
   all |ρ|·m pairs (C1, C2; all triplets for Triplet).
-* A11 ``mining=False`` (MS): no hard-pair mining; True is the original MS mining with ``epsilon=0.1``.
+* ASAP-R11 ``mining=False`` (MS): no hard-pair mining; True is the original MS mining with ``epsilon=0.1``.
 * C1 ``neg_offset=False``: the negative term is s (XBM); True uses s − μ (the later code).
 
 Defaults of the loss hyperparameters are the CUB values of §2.6 (:mod:`dmlrepro.asap.settings`
@@ -71,7 +71,7 @@ class _Base:
 
 
 class C1(_Base):
-    """XBM's contrastive loss on similarities (spec §1.7 row C1)."""
+    """XBM's contrastive loss on similarities (ASAP-R29)."""
 
     reductions, default_reduction = ("anchor", "mean", "nonzero"), "anchor"
 
@@ -198,8 +198,8 @@ class ASAPLoss(nn.Module):
     Args:
         base_loss: "c1" | "c2" | "ms" | "triplet"; remaining keyword arguments go to the base loss.
         proxies_per_class: P (8 CUB/Cars, 4 SOP/InShop; 1 for ASAP-S).
-        anchor: A9, "sample" (default) or "proxy".
-        batch_pair_weight, proxy_weight: A2, loss = proxy_weight·L(batch, proxies) + batch_pair_weight·L(batch, batch).
+        anchor: ASAP-R9, "sample" (default) or "proxy".
+        batch_pair_weight, proxy_weight: ASAP-R2, loss = proxy_weight·L(batch, proxies) + batch_pair_weight·L(batch, batch).
         normalize: "lipschitz" (paper), "l2" or "none"; applied to embeddings and proxies.
         proxy_init_std: std of the Gaussian placeholder init (overwritten by k-Center before training).
     """

@@ -1,9 +1,9 @@
-"""The proximal (projection) regulariser of ASAP: λ/2 ‖θ − θ*‖² (paper eqs. 4.10–4.11, Alg. 1; spec §1.4).
+"""The proximal (projection) regulariser of ASAP: λ/2 ‖θ − θ*‖² (paper eqs. 4.10–4.11, Alg. 1; ASAP-R37).
 
 θ are the *network* weights only — Alg. 1's g_ρ has no λ term, and the later code builds its
 regulariser from the model's weights before the proxies exist. θ* is the solution of the previous
 projection problem, snapshotted when a new projection starts. Its gradient is λ(θ − θ*) (the sign in
-the paper's printed g_θ is garbled, spec A25); it is separate from ordinary weight decay.
+the paper's printed g_θ is garbled, ASAP-R25); it is separate from ordinary weight decay.
 
 Two equivalent uses:
 
@@ -11,8 +11,8 @@ Two equivalent uses:
 * ``task_loss.backward(); reg.add_to_grad()`` — the later code's gradient transformer
   (``g + λ(v − prev)``), no extra graph.
 
-``lam`` is a plain attribute, so the schedule can set λ_eff (0 in the first projection, A3).
-A4 (θ* = best-in-projection weights vs the last ones) is the caller's choice of what to pass to
+``lam`` is a plain attribute, so the schedule can set λ_eff (0 in the first projection, ASAP-R3).
+ASAP-R4 (θ* = best-in-projection weights vs the last ones) is the caller's choice of what to pass to
 :meth:`snapshot`: :meth:`capture` copies the weights at a new best, ``snapshot(captured)`` commits it.
 """
 
@@ -44,7 +44,7 @@ class ProximalRegularizer:
         clash = [i for i, p in enumerate(self.params) if id(p) in excluded]
         if clash:
             raise ValueError(f"ProximalRegularizer: parameters {clash} are excluded (proxies?) but were passed "
-                             "as network weights; the proximal term acts on θ only (spec §1.4)")
+                             "as network weights; the proximal term acts on θ only (ASAP-R37)")
         if lam < 0:
             raise ValueError(f"ProximalRegularizer: lam must be >= 0, got {lam}")
         self.lam = float(lam)
@@ -52,7 +52,7 @@ class ProximalRegularizer:
         self.snapshot()
 
     def capture(self) -> list[torch.Tensor]:
-        """A detached copy of the current weights (for a best-in-projection θ, A4)."""
+        """A detached copy of the current weights (for a best-in-projection θ, ASAP-R4)."""
         return [p.detach().clone() for p in self.params]
 
     def snapshot(self, source: Sequence[torch.Tensor] | None = None) -> None:
@@ -77,14 +77,17 @@ class ProximalRegularizer:
         where missing; a parameter frozen after construction, e.g. BN affine in a warm-up, is skipped)."""
         if self.lam == 0:
             return
-        for p, a in zip(self.params, self.anchor):
-            if not p.requires_grad:
-                continue
-            step = self.lam * (p - a)
+        live = [(p, a) for p, a in zip(self.params, self.anchor) if p.requires_grad]
+        if not live:
+            return
+        steps = torch._foreach_sub([p for p, _ in live], [a for _, a in live])  # fused: one kernel per op
+        torch._foreach_mul_(steps, self.lam)
+        has = [(p.grad, s) for (p, _), s in zip(live, steps) if p.grad is not None]
+        for (p, _), s in zip(live, steps):
             if p.grad is None:
-                p.grad = step
-            else:
-                p.grad.add_(step)
+                p.grad = s
+        if has:
+            torch._foreach_add_([g for g, _ in has], [s for _, s in has])
 
     @torch.no_grad()
     def distance(self) -> float:

@@ -1,32 +1,32 @@
-"""ASAP's alternation schedule as a pure state machine (paper §4.4 "Solving projections", A.2; spec §1.6, §2.5).
+"""ASAP's alternation schedule as a pure state machine (paper §4.4 "Solving projections", A.2; docs/readings/asap.md).
 
 The engine trains and calls :meth:`AlternationSchedule.observe` with the validation MAP@R every
 `eval_every` steps; the returned :class:`Decision` says what to do:
 
 * ``improved_global`` — new global best: keep a copy of θ (restored at the end, "recover the
   parameters with the best validation performance").
-* ``improved_projection`` — new best within this projection: with ``anchor="best"`` (A4) copy θ and
+* ``improved_projection`` — new best within this projection: with ``anchor="best"`` (ASAP-R4) copy θ and
   ρ (``ProximalRegularizer.capture()``); they become θ* and the k-Center seeds at the next alternation.
 * ``alternate`` — the projection has converged (no improvement > `min_delta` for
-  `projection_patience` evaluations inside it): θ* ← θ_bp (or θ, A4), ρ ← GreedyKCenterProxy(ρ*, b,
-  f(·; θ*)), λ_eff ← ``decision.lam``; reset the optimiser only if ``decision.reset_optimizer`` (A5).
+  `projection_patience` evaluations inside it): θ* ← θ_bp (or θ, ASAP-R4), ρ ← GreedyKCenterProxy(ρ*, b,
+  f(·; θ*)), λ_eff ← ``decision.lam``; reset the optimiser only if ``decision.reset_optimizer`` (ASAP-R5).
   The live θ continues from its current value.
-* ``stop`` — global early stopping: no improvement for `global_patience` evaluations (A7). It is
+* ``stop`` — global early stopping: no improvement for `global_patience` evaluations (ASAP-R7). It is
   checked first: an evaluation that stops never also alternates.
 
 Every projection's first evaluation improves on its (reset) best of −∞, so with patience pp a
-projection lasts at least (pp + 1)·E steps (spec PT-7) and always a multiple of E.
+projection lasts at least (pp + 1)·E steps (Fig. 4(b)) and always a multiple of E.
 
-Ambiguity switches (spec §7), defaults = the spec's reading:
+Ambiguity switches, defaults = the project's readings (docs/readings/asap.md):
 
-* A3 ``lambda_first_projection=False``: λ_eff = 0 in the first projection, λ afterwards.
-* A4 ``anchor="best"``: θ* / ρ* are the best-validation values inside the projection (``"last"``: the
+* ASAP-R3 ``lambda_first_projection=False``: λ_eff = 0 in the first projection, λ afterwards.
+* ASAP-R4 ``anchor="best"``: θ* / ρ* are the best-validation values inside the projection (``"last"``: the
   values at the alternation).
-* A5 ``reset_optimizer=False``: one optimiser for the whole run.
-* A7 ``global_patience_unit="evaluations"``: 60 evaluations (``"steps"``: the literal "60 steps",
+* ASAP-R5 ``reset_optimizer=False``: one optimiser for the whole run.
+* ASAP-R7 ``global_patience_unit="evaluations"``: 60 evaluations (``"steps"``: the literal "60 steps",
   i.e. stop once the last global improvement is ≥ `global_patience` steps old).
-* A16 :meth:`AlternationSchedule.loss_proxy`: the Loss-Proxy variant — one projection, λ = 0, no
-  alternation, stopped by the global patience only (P is the caller's; the spec's reading is ASAP-L's P).
+* ASAP-R16 :meth:`AlternationSchedule.loss_proxy`: the Loss-Proxy variant — one projection, λ = 0, no
+  alternation, stopped by the global patience only (P is the caller's; the reading, ASAP-R16, is ASAP-L's P).
 
 Logs are plain dicts: :attr:`evaluations` (per evaluation: step, map_r, λ_eff, projection id, …),
 :attr:`projections` (per projection: start/end step, steps, evaluations, best MAP@R and its step),
@@ -58,16 +58,16 @@ class Decision:
 
 
 class AlternationSchedule:
-    """Validation-driven alternation and early stopping of ASAP (spec §1.6 pseudocode).
+    """Validation-driven alternation and early stopping of ASAP (Alg. 1 with Sec. 4.4's early stopping).
 
     Args:
         eval_every: E, steps between validations (25 CUB/Cars, 250 SOP/InShop).
         projection_patience: pp = 3 evaluations without improvement inside a projection.
-        global_patience: pg = 60 (A7 unit: `global_patience_unit`).
+        global_patience: pg = 60 (ASAP-R7 unit: `global_patience_unit`).
         min_delta: an evaluation improves iff value > best + min_delta (1e-5, later code).
         lam: λ = 2e-4, the proximal weight once it is active.
         alternate: False gives a single projection (Loss-Proxy; see :meth:`loss_proxy`).
-        lambda_first_projection, anchor, reset_optimizer, global_patience_unit: A3, A4, A5, A7.
+        lambda_first_projection, anchor, reset_optimizer, global_patience_unit: ASAP-R3, ASAP-R4, ASAP-R5, ASAP-R7.
         max_alternations: optional cap on the number of alternations (None: unbounded, the paper).
     """
 
@@ -100,12 +100,12 @@ class AlternationSchedule:
 
     @classmethod
     def loss_proxy(cls, eval_every: int, global_patience: int = 60, **kwargs) -> "AlternationSchedule":
-        """Loss-Proxy (paper §5.2, A16): one projection to the global stop, λ = 0, no alternation."""
+        """Loss-Proxy (paper §5.2, ASAP-R16): one projection to the global stop, λ = 0, no alternation."""
         return cls(eval_every, global_patience=global_patience, lam=0.0, alternate=False, **kwargs)
 
     @property
     def lam_eff(self) -> float:
-        """λ to apply now (A3: 0 in the first projection unless `lambda_first_projection`)."""
+        """λ to apply now (ASAP-R3: 0 in the first projection unless `lambda_first_projection`)."""
         if self.projection == 0 and not self.lambda_first_projection:
             return 0.0
         return self.lam
@@ -129,7 +129,7 @@ class AlternationSchedule:
         self.projection_evals += 1
         self.last_step = step
         lam_before, projection_before = self.lam_eff, self.projection
-        # global early stopping (checked first, spec §1.6)
+        # global early stopping (checked first)
         improved_global = self._improves(value, self.best_global)
         if improved_global:
             self.best_global, self.best_global_step, self.bad_global = value, step, 0

@@ -1,6 +1,6 @@
-"""ASAP's per-dataset settings (paper §5.1, A.2; spec §2.6), for config defaults and tests.
+"""ASAP's per-dataset settings (paper §5.1, A.2), for config defaults and tests.
 
-A15: ASAP-S (P = 1) uses the same pool size b as ASAP-L. A16: Loss-Proxy uses ASAP-L's P.
+ASAP-R15: ASAP-S (P = 1) uses the same pool size b as ASAP-L. ASAP-R16: Loss-Proxy uses ASAP-L's P.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ VARIANTS = ("L", "S", "proxy", "plain")
 def asap_settings(dataset: str, loss: str, variant: str = "L") -> dict:
     """Settings of `loss` ("c1" | "c2" | "ms" | "triplet") in `variant` on `dataset`.
 
-    ``"L"``: ASAP-L; ``"S"``: ASAP-S (P = 1, same b, A15); ``"proxy"``: Loss-Proxy (ASAP-L's P, λ = 0,
-    no alternation, A16); ``"plain"``: the batch-pair baseline (no proxies). Returns a dict with
+    ``"L"``: ASAP-L; ``"S"``: ASAP-S (P = 1, same b, ASAP-R15); ``"proxy"``: Loss-Proxy (ASAP-L's P, λ = 0,
+    no alternation, ASAP-R16); ``"plain"``: the batch-pair baseline (no proxies). Returns a dict with
     ``loss_name``, ``loss_hparams`` (for :func:`build_asap_loss`) and the schedule / k-Center values.
     """
     if dataset not in SETTINGS:

@@ -1,6 +1,6 @@
 """The real benchmarks: where their files come from and how their layouts become manifests.
 
-Sources, md5s and split rules: specs/reference-implementations.md §2 and §5; counts: the papers
+Sources, md5s and split rules: docs/data.md, docs/readings/protocols.md#proto-r6; counts: the papers
 (PFML §4.1, RSW §IV-A, ASAP A.2). Labels are the official class id - 1; the zero-shot split puts
 the first half of the sorted classes in ``train`` (CUB 0-99, Cars 0-97) and SOP follows
 ``Ebay_train.txt`` / ``Ebay_test.txt``. In-Shop keeps the official train/query/gallery partition.

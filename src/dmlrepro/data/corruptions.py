@@ -1,4 +1,4 @@
-"""RSW Table IV image corruptions as eval-time transforms (rsw.md §4.2).
+"""RSW Table IV image corruptions as eval-time transforms (docs/readings/rsw.md#rsw-r17).
 
 The paper used imgaug 0.4.0 "with default settings for most corruptions"; imgaug is not a
 dependency here, so each augmenter is re-implemented in numpy/torch after imgaug's definition:

@@ -1,8 +1,8 @@
-"""Static symmetric label noise for PFML Table 2 (pfml.md §4.3).
+"""Static symmetric label noise for PFML Table 2 (main §4.3; docs/readings/pfml.md#pfml-r23).
 
 ``round(rate * n)`` training samples, chosen uniformly without replacement, get a new label drawn
-uniformly from the *other* training classes (``mode="other"``, the spec's reading) or from all
-training classes (``mode="any"``, switch ``noise_allow_same_label``). The draw depends only on the
+uniformly from the *other* training classes (``mode="other"``, the reading) or from all
+training classes (``mode="any"``). The draw depends only on the
 training rows of the manifest (in file order), ``seed``, ``rate`` and ``mode`` — so every method
 at a given seed sees the same corrupted file.
 

@@ -5,7 +5,7 @@ call ``set_epoch(epoch, start_batch=i)`` before iterating to get that epoch's ba
 ``i`` on; ``epoch_batches(epoch)`` returns the full list (e.g. to log or check it).
 
 * ``RandomBatchSampler``: a seeded permutation cut into batches; ``drop_last`` drops the last
-  short batch (Proxy-Anchor's default, reference-implementations.md §2).
+  short batch (the Proxy-Anchor code's default; docs/readings/pfml.md#pfml-r14).
 * ``MPerClassBatchSampler``: wraps pytorch-metric-learning's ``MPerClassSampler`` (batch_size/m
   classes, m images each; with replacement only for classes with fewer than m images), run
   under a RandomState seeded by (seed, epoch) instead of numpy's global state.

@@ -7,12 +7,12 @@
   implementations.md §3 "Splits"): fold p starts at ``int(p/k * C)`` of the sorted classes; the
   next ``n_train`` classes (wrapping) train and the following ``n_val`` (wrapping) validate, with
   ``n_val = int(C_total * (1 - test_size) / k)`` computed on *all* classes as that code does.
-  ``scheme="linspace"`` is ASAP's later code (asap.md §3.2): partitions cut at
+  ``scheme="linspace"`` is ASAP's later code (docs/readings/asap.md#asap-r33): partitions cut at
   ``np.linspace(0, C, k + 1)`` (truncated to int), fold p validates on partition p.
-* ``holdout_split``: RSW's 50/50 train/val split of the training classes (rsw.md §4.1).
+* ``holdout_split``: RSW's 50/50 train/val split of the training classes (docs/readings/rsw.md#rsw-r11).
 * ``sample_holdout``: not class-disjoint — the last ``fraction`` of each training class's images
   (in manifest order) validate: ASAP's MNIST proof of concept, "10 % of train as validation"
-  (asap.md §6 PT-3, a proposal; per class so that every class is validated).
+  (docs/readings/asap.md#asap-r28, a reading; per class so that every class is validated).
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """Image transforms: train RandomResizedCrop + flip, eval resize + center crop, normalisations.
 
-* ResNet / timm backbones: ImageNet mean/std on [0, 1] RGB (reference-implementations.md §2, §1).
+* ResNet / timm backbones: ImageNet mean/std on [0, 1] RGB (docs/readings/protocols.md#proto-r7).
 * BN-Inception (Caffe weights): RGB -> BGR, 0-255 scale, mean [104, 117, 128] (BGR order), std 1
-  (Proxy-Anchor ``dataset/utils.py``; reference-implementations.md §2 "Transforms").
+  (Proxy-Anchor ``dataset/utils.py``; docs/readings/protocols.md#proto-r7).
 * MLRC / ASAP: train ``Resize(256) -> RandomResizedCrop(227, scale=(0.16, 1))``, eval
-  ``Resize(256) -> CenterCrop(227)`` (asap.md §2.2): ``build_transform(..., size=227,
+  ``Resize(256) -> CenterCrop(227)`` (ASAP App. A.2, docs/readings/asap.md#asap-r18): ``build_transform(..., size=227,
   train_resize=256, scale=(0.16, 1.0))``.
 * RSW / PFML / Proxy-Anchor: train ``RandomResizedCrop(224)`` on the original image + flip, eval
   ``Resize(256) -> CenterCrop(224)``; ``resize_mode="square"`` gives the paper's "scaled to
-  256x256" reading (rsw.md §3.2).
+  256x256" reading (docs/readings/rsw.md#rsw-r5).
 
 Inputs are uint8 image tensors (C, H, W) as returned by ``ManifestDataset`` (PIL images work
 too); outputs are float32 tensors (3, size, size).

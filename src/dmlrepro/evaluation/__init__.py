@@ -1,5 +1,6 @@
-"""Evaluation: retrieval metrics on exact faiss k-NN (chunked, never N×N), NMI, proxy–data
-distances (PFML W2, RSW AvgDTP), the MLRC concatenation helper and embeddings I/O.
+"""Evaluation: retrieval metrics on exact k-NN (torch or faiss, one ranking rule; chunked, never
+N×N), NMI, proxy–data distances (PFML W2, RSW AvgDTP), the MLRC concatenation helper and
+embeddings I/O.
 
 faiss is imported lazily (extras ``dmlrepro[cpu]`` / ``dmlrepro[gpu]``). See docs/evaluation.md.
 """

@@ -1,13 +1,22 @@
-"""NMI of k-means clusters against class labels (faiss k-means + sklearn NMI).
+"""NMI of k-means clusters against class labels (k-means + sklearn NMI).
 
 k = number of distinct labels, as in pytorch-metric-learning's ``AccuracyCalculator`` and the
-RSW code. faiss ``Kmeans`` is seeded, so the result is deterministic for a given input, seed and
-faiss build. ``average_method`` is sklearn's: "arithmetic" (sklearn/PML default) or "geometric"
-(the RSW code, rsw.md §3.5).
+RSW code. Two k-means back ends, both seeded (deterministic for a given input, seed and build):
+
+* ``kmeans="faiss"`` — faiss ``Kmeans``, 20 Lloyd iterations from k random points, one run
+  (pytorch-metric-learning's ``AccuracyCalculator``);
+* ``kmeans="sklearn"`` — scikit-learn ``KMeans(k)`` with the defaults of scikit-learn 1.0.2
+  (k-means++, ``n_init=10`` restarts, ``max_iter=300``), which is what the official RSW code calls
+  (docs/readings/rsw.md#rsw-r8); ``n_init`` is explicit because later releases changed its default.
+
+``average_method`` is sklearn's: "arithmetic" (sklearn/PML default) or "geometric" (the RSW
+code). The run-config key ``eval.nmi`` selects them: ``true`` = :data:`NMI_DEFAULTS`, or a
+mapping of :data:`NMI_DEFAULTS`' keys (:func:`nmi_options`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -38,6 +47,49 @@ def kmeans_assignments(
     return assign[:, 0].astype(np.int64)
 
 
+#: ``eval.nmi: true``: pytorch-metric-learning's computation (faiss, one run, arithmetic mean).
+NMI_DEFAULTS: dict[str, Any] = {"average": "arithmetic", "kmeans": "faiss", "n_init": 10}
+AVERAGES = ("arithmetic", "geometric")
+KMEANS = ("faiss", "sklearn")
+
+
+def nmi_options(value: Any) -> dict[str, Any] | None:
+    """The NMI options an ``eval.nmi`` value asks for: None for ``false``, :data:`NMI_DEFAULTS`
+    for ``true``, the defaults updated by a mapping (keys ``average``, ``kmeans``, ``n_init``;
+    ``n_init`` counts scikit-learn's restarts). Raises ValueError on anything else."""
+    if isinstance(value, bool):
+        return dict(NMI_DEFAULTS) if value else None
+    if not isinstance(value, Mapping):
+        raise ValueError("true, false or a mapping with keys among " + str(sorted(NMI_DEFAULTS)))
+    unknown = sorted(set(value) - set(NMI_DEFAULTS))
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown}; expected keys among {sorted(NMI_DEFAULTS)}")
+    out = {**NMI_DEFAULTS, **value}
+    if out["average"] not in AVERAGES:
+        raise ValueError(f"average must be one of {list(AVERAGES)}, got {out['average']!r}")
+    if out["kmeans"] not in KMEANS:
+        raise ValueError(f"kmeans must be one of {list(KMEANS)}, got {out['kmeans']!r}")
+    n = out["n_init"]
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n_init must be an integer >= 1, got {n!r}")
+    return out
+
+
+def sklearn_kmeans_assignments(embeddings: Any, num_clusters: int, *, seed: int = 0, n_init: int = 10) -> np.ndarray:
+    """Cluster index (int64, shape (N,)) of each row under scikit-learn ``KMeans`` (k-means++,
+    ``n_init`` restarts, 300 iterations: the defaults of scikit-learn 1.0.2), seeded."""
+    from sklearn.cluster import KMeans  # noqa: PLC0415
+
+    x = to_float32_matrix(embeddings)
+    if not 1 <= num_clusters <= x.shape[0]:
+        raise ValueError(
+            f"k-means needs 1 <= num_clusters <= N, got num_clusters={num_clusters}, N={x.shape[0]}"
+        )
+    km = KMeans(n_clusters=int(num_clusters), init="k-means++", n_init=int(n_init), max_iter=300,
+                tol=1e-4, random_state=int(seed))
+    return km.fit(x).labels_.astype(np.int64)
+
+
 def nmi(
     embeddings: Any,
     labels: Any,
@@ -46,17 +98,33 @@ def nmi(
     niter: int = 20,
     nredo: int = 1,
     average_method: str = "arithmetic",
+    kmeans: str = "faiss",
+    n_init: int = 10,
 ) -> float:
     """Normalised mutual information between labels and k-means clusters (k = #labels).
 
-    Defaults follow pytorch-metric-learning (faiss k-means, 20 iterations, one run). faiss
-    initialises with k random points; ``nredo > 1`` keeps the run of lowest k-means objective,
-    closer to the k-means++/multi-restart sklearn ``KMeans`` of the RSW code.
+    Defaults follow pytorch-metric-learning (faiss k-means, 20 iterations, one run; ``nredo > 1``
+    keeps the faiss run of lowest objective). ``kmeans="sklearn"`` clusters with scikit-learn's
+    ``KMeans`` (``n_init`` k-means++ restarts), as the RSW code does.
     """
     from sklearn.metrics import normalized_mutual_info_score  # noqa: PLC0415
 
+    if kmeans not in KMEANS:
+        raise ValueError(f"kmeans must be one of {list(KMEANS)}, got {kmeans!r}")
     x = to_float32_matrix(embeddings)
     y = to_label_vector(labels, x.shape[0])
     k = len(np.unique(y))
-    clusters = kmeans_assignments(x, k, seed=seed, niter=niter, nredo=nredo)
+    if kmeans == "sklearn":
+        clusters = sklearn_kmeans_assignments(x, k, seed=seed, n_init=n_init)
+    else:
+        clusters = kmeans_assignments(x, k, seed=seed, niter=niter, nredo=nredo)
     return float(normalized_mutual_info_score(y, clusters, average_method=average_method))
+
+
+def nmi_from_config(embeddings: Any, labels: Any, value: Any, seed: int = 0) -> float:
+    """:func:`nmi` with the options of an ``eval.nmi`` value (``true`` or a mapping)."""
+    opts = nmi_options(value)
+    if opts is None:
+        raise ValueError("nmi_from_config: eval.nmi is false")
+    return nmi(embeddings, labels, seed, average_method=opts["average"], kmeans=opts["kmeans"],
+               n_init=opts["n_init"])

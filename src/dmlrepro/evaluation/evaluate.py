@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .clustering import nmi as nmi_score
+from .clustering import nmi_options
 from ..atomic import write_json_atomic
 from .embeddings_io import load_embeddings
 from .retrieval import DEFAULT_KS, compute_retrieval
@@ -23,19 +24,26 @@ def evaluate_embeddings_file(
     ks: Sequence[int] = DEFAULT_KS,
     distance: str = "euclidean",
     retrieval: bool = True,
-    nmi: bool = False,
+    nmi: bool | Mapping[str, Any] = False,
     nmi_seed: int = 0,
     nmi_average_method: str = "arithmetic",
     gallery_path: str | os.PathLike | None = None,
     extra_metrics: Mapping[str, float] | None = None,
     device: Any = None,
     chunk_size: int | None = None,
+    normalize: str = "none",
+    backend: str = "auto",
 ) -> dict[str, Any]:
     """Compute the requested metrics from one saved embeddings file (loaded once).
 
     * ``retrieval``: leave-one-out metrics of :func:`retrieval_metrics` on the file, or, with
       ``gallery_path``, query→gallery metrics (the file holds the queries).
-    * ``nmi``: k-means NMI on the embeddings of ``embeddings_path``.
+    * ``nmi``: k-means NMI on the embeddings of ``embeddings_path``; ``true`` (with
+      ``nmi_average_method``) or an ``eval.nmi`` mapping (``dmlrepro.evaluation.clustering.nmi_options``).
+    * ``normalize``: "lipschitz" applies ASAP's v / max(1, ‖v‖) (or "l2" v / ‖v‖) to the loaded
+      embeddings before every metric (run-config ``eval.normalize``).
+    * ``device``, ``backend``: where and how the k-NN search runs (:mod:`dmlrepro.evaluation.knn`;
+      the metrics are the same on every device and backend).
     * ``extra_metrics``: values computed elsewhere (e.g. W2, AvgDTP) merged into ``metrics``.
 
     Returns and (if ``metrics_path``) atomically writes::
@@ -46,6 +54,12 @@ def evaluate_embeddings_file(
     """
     query = load_embeddings(embeddings_path)
     gallery = load_embeddings(gallery_path) if gallery_path is not None else None
+    q_emb, g_emb = query.embeddings, None if gallery is None else gallery.embeddings
+    if normalize != "none":
+        from ..asap.normalisation import normalize_array  # noqa: PLC0415
+
+        q_emb = normalize_array(q_emb, normalize)
+        g_emb = None if g_emb is None else normalize_array(g_emb, normalize)
     metrics: dict[str, float] = {}
     out: dict[str, Any] = {
         "split": query.split,
@@ -60,13 +74,14 @@ def evaluate_embeddings_file(
     }
     if retrieval:
         res = compute_retrieval(
-            query.embeddings,
+            q_emb,
             query.labels,
             ks,
-            gallery=None if gallery is None else gallery.embeddings,
+            gallery=g_emb,
             gallery_labels=None if gallery is None else gallery.labels,
             distance=distance,
             device=device,
+            backend=backend,
             chunk_size=chunk_size,
         )
         metrics.update(res.metrics)
@@ -80,9 +95,9 @@ def evaluate_embeddings_file(
                 len(query),
             )
     if nmi:
-        metrics["nmi"] = nmi_score(
-            query.embeddings, query.labels, seed=nmi_seed, average_method=nmi_average_method
-        )
+        opts = nmi_options(nmi) if isinstance(nmi, Mapping) else {"average": nmi_average_method, "kmeans": "faiss"}
+        metrics["nmi"] = nmi_score(q_emb, query.labels, seed=nmi_seed, average_method=opts["average"],
+                                   kmeans=opts["kmeans"], n_init=opts.get("n_init", 10))
     for key, value in dict(extra_metrics or {}).items():
         if key in metrics:
             raise ValueError(f"extra metric {key!r} collides with a computed metric")

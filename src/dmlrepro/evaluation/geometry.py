@@ -1,12 +1,12 @@
-"""Embedding-space geometry of ASAP Fig. 7 (paper A.3.1; asap.md §4.6, A23).
+"""Embedding-space geometry of ASAP Fig. 7 (paper A.3.1; docs/readings/asap.md#asap-r23).
 
 * :func:`average_covering_radius` — "covering radii for 1 to n sample case in k-Center … then the
   average": per class with n samples, r_k = max_x min_{s ∈ S_k} ‖x − s‖ for the greedy
-  farthest-first k-centre set S_k (exact k-centre is NP-hard; the spec's proposal), k = 1..n,
+  farthest-first k-centre set S_k (exact k-centre is NP-hard; a reading, ASAP-R23), k = 1..n,
   averaged over k, then over classes. S_1 is the class's first sample (the greedy's seed).
 * :func:`mean_interclass_distance` — the mean ‖f(x) − f(x')‖ over pairs with y ≠ y'.
 
-Both in the space they are given (A23: the 128-d normalised embedding; t-SNE only displays).
+Both in the space they are given (ASAP-R23: the 128-d normalised embedding; t-SNE only displays).
 """
 
 from __future__ import annotations

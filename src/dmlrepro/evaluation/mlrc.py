@@ -1,4 +1,4 @@
-"""MLRC ensemble helper (Musgrave et al. 2020; pfml.md §4.5, asap.md "512D").
+"""MLRC ensemble helper (Musgrave et al. 2020; docs/readings/protocols.md#proto-r3).
 
 The "concatenated (512-dim)" result evaluates, for the same items, the L2-normalised 128-d
 embeddings of the 4 fold models concatenated and re-normalised (powerful-benchmarker's

@@ -1,8 +1,8 @@
-"""Proxy–data distances: PFML Table 3's W₂ (pfml.md §4.4) and RSW's AvgDTP (rsw.md §2.2, Eq. 9).
+"""Proxy–data distances: PFML Table 3's W₂ (docs/readings/pfml.md#pfml-r24) and RSW's AvgDTP (Eq. 9, docs/readings/rsw.md#rsw-r15).
 
 Both are plain functions over (embeddings, labels, proxies, proxy labels); the caller decides
 which split and which space (e.g. L2-normalise the proxies of cosine-based losses such as
-ProxyNCA, Proxy-Anchor and SoftTriple before measuring — pfml.md §4.4 "Which space").
+ProxyNCA, Proxy-Anchor and SoftTriple before measuring — docs/readings/pfml.md#pfml-r24).
 Computation in float64.
 """
 
@@ -41,7 +41,7 @@ def proxy_data_w2_per_class(
     *,
     w_power: int = 1,
 ) -> dict[Any, float]:
-    """W_j for every class j that has proxies (pfml.md §4.4, Reading).
+    """W_j for every class j that has proxies (PFML supp. §2; docs/readings/pfml.md#pfml-r24).
 
     W_j = min over injective π: {1..m} → Z_j of (1/m) Σ_k ‖p_{j,k} − z_{π(k)}‖₂   (w_power=1,
     the printed formula, a W₁-type mean distance), or
@@ -162,7 +162,7 @@ def avg_dtp_per_class(
 
 def avg_dtp(embeddings: Any, labels: Any, proxies: Any, proxy_labels: Any = None) -> float:
     """AvgDTP = (1/C) Σ_c (1/|P_c|) Σ_{e∈P_c} ‖e − p_c‖ over the classes present in ``labels``
-    (rsw.md §2.2; classes without samples are left out since 1/|P_c| is undefined)."""
+    (docs/readings/rsw.md#rsw-r15; classes without samples are left out since 1/|P_c| is undefined)."""
     return float(
         np.mean(list(avg_dtp_per_class(embeddings, labels, proxies, proxy_labels).values()))
     )

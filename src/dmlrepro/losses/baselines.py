@@ -1,7 +1,7 @@
 """Baseline losses from pytorch-metric-learning (PML), behind one table.
 
 Defaults follow the Proxy-Anchor code's PML wrappers, the lineage of PFML's baselines
-(specs/reference-implementations.md §2: PA α=32 δ=0.1; ProxyNCA softmax_scale 32; MS (2, 50, 0.5)
+(docs/readings/pfml.md#pfml-r9: PA α=32 δ=0.1; ProxyNCA softmax_scale 32; MS (2, 50, 0.5)
 + miner ε=0.1; Triplet margin 0.1 + semihard miner; Contrastive neg_margin 0.5), else PML's own.
 Each entry's `note` says where PML's definition departs from the paper that introduced the loss;
 `proxy_nca_paper` gives the original ProxyNCA form where PML's differs.

@@ -1,8 +1,9 @@
-"""CPML: the contrastive-potential baseline the PFML paper defines (specs/pfml.md §2.1).
+"""CPML: the contrastive-potential baseline the PFML paper defines (main §3.4.2, supp. §1;
+docs/readings/pfml.md#pfml-r8).
 
 Same energy, proxies and δ as PFML, with the distance-proportional potentials of the contrastive
 loss (supp. eq. 2/4): ψ*_att(d) = max(d, δ_att)², whose force grows with distance. ψ*_rep is never
-defined by the paper; two readings (AMBIGUOUS):
+defined by the paper; two readings (docs/readings/pfml.md#pfml-r8):
 
 * ``"mirror"`` (default): ψ*_rep(d) = −min(d, δ_rep)², PFML's eq. (2) with d^−α → d²;
 * ``"hinge"``: ψ*_rep(d) = max(0, δ_rep − d)², the textbook contrastive repulsion with margin δ.

@@ -1,7 +1,7 @@
 """Euclidean distances with finite gradients everywhere, and a conservative near-pair search.
 
-Distances for the losses clamp the squared distance *before* the square root (specs/pfml.md §1.7,
-rsw.md §1.7): at coincident points the clamp's gradient is 0, so the finite derivative of sqrt at
+Distances for the losses clamp the squared distance *before* the square root (docs/readings/pfml.md#pfml-r7,
+the RSW code's Model.py): at coincident points the clamp's gradient is 0, so the finite derivative of sqrt at
 `eps2` is multiplied by 0 and no NaN appears.
 
 Near-pair searches only decide which pairs enter an exact evaluation, so they run as one low

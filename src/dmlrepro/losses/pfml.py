@@ -1,14 +1,14 @@
 """PFML: Potential Field based Metric Learning (Bhatnagar & Ahuja, CVPR 2025).
 
-Single-point potentials, eqs. (1)–(2) of the paper (closed forms in specs/pfml.md §1.2):
+Single-point potentials, eqs. (1)–(2) of the paper (closed forms; docs/readings/pfml.md#pfml-r1):
 
     ψ_att(d) = −max(d, δ_att)^−α        zero force inside δ_att, decaying force α/d^(α+1) outside
     ψ_rep(d) =  min(d, δ_rep)^−α        force inside δ_rep only, constant δ_rep^−α outside
 
 α = 0 makes both constant (nothing trains); `alpha0_mode="linear"` (default) reads the paper's
 non-decaying α = 0 point of Fig. 3c as a unit-magnitude force, ψ_att = max(d, δ_att) and
-ψ_rep = −min(d, δ_rep); `"literal"` keeps the constant potentials (spec §1.2, AMBIGUOUS).
-The repulsion is floored at `d_floor` so that it stays finite in fp32 (spec §1.7).
+ψ_rep = −min(d, δ_rep); `"literal"` keeps the constant potentials (PFML-R1).
+The repulsion is floored at `d_floor` so that it stays finite in fp32 (PFML-R7).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 PFML (`pfml.py`) and its contrastive twin CPML (`cpml.py`) differ only in the single-point
 potentials ψ_att, ψ_rep; everything here is shared. Stacking the B batch embeddings and the N·M
 proxies into one set of points, eq. (6) is the sum over ordered pairs a ≠ b of
-φ_ab = ψ_att(d_ab) for same-class pairs and ψ_rep(d_ab) otherwise (specs/pfml.md §1.4):
+φ_ab = ψ_att(d_ab) for same-class pairs and ψ_rep(d_ab) otherwise (docs/readings/pfml.md#pfml-r2):
 
     U = U_zz + 2·U_zp + U_pp
 
@@ -34,6 +34,10 @@ PAIR_SEARCH_MODES = ("auto", "dense", "neighbour")
 # cores the dense step took 361 ms and the near-pair step 14 ms, benchmarks/bench_losses.py)
 DENSE_PROXY_PAIRS = 2**14
 DENSE_SAMPLE_PROXY_PAIRS = 2**14
+# on a GPU "auto" is dense while a block's pair matrices (distances, potentials and their gradients, about
+# DENSE_BYTES_PER_PAIR each pair) fit DENSE_GPU_BYTES: there the limits above, tuned on 2 CPU cores, do not apply
+DENSE_GPU_BYTES = 2**28
+DENSE_BYTES_PER_PAIR = 16
 PAIR_CHUNK = 2**16  # beyond this many near proxy pairs, evaluate them in checkpointed chunks (memory O(chunk·D))
 
 
@@ -61,11 +65,12 @@ class PotentialFieldLoss(nn.Module):
         delta: δ_att, the attraction radius of eq. (1).
         delta_rep: δ_rep of eq. (2); None means δ_rep = δ_att (the main method).
         reduction: "sum" (U itself) or "mean" (U / (B + N·M)).
-        normalize_proxies: use ℓ2-normalised proxies in the distances (spec §1.5 switch; default off).
+        normalize_proxies: use ℓ2-normalised proxies in the distances (PFML-R5; default off).
         proxy_init: "normal" (i.i.d. Gaussian, std `proxy_init_std`, default √(2/N)) or
             "unit_sphere" (the Gaussian draw normalised once).
         pair_search: "dense" (every pair), "neighbour" (near pairs only, exact), or "auto"
-            (near pairs only in blocks of more than 2^14 pairs).
+            (near pairs only in blocks of more than 2^14 pairs on the CPU, of more than
+            DENSE_GPU_BYTES / DENSE_BYTES_PER_PAIR = 2^24 pairs on a GPU).
         skin: least distance a proxy may move before its neighbour-list row is searched again;
             None means δ_rep / 10 (see `neighbour_list.py`; measured in docs/losses.md).
         search_dtype: precision of the no-grad near-pair searches (bfloat16; float32 on CPUs
@@ -99,7 +104,7 @@ class PotentialFieldLoss(nn.Module):
         self.last_terms: dict[str, torch.Tensor] = {}
 
     def _initial_proxies(self, proxy_init: str, std: float | None) -> torch.Tensor:
-        # specs/pfml.md §1.5: i.i.d. Gaussian (supp. Cor. 1), std √(2/N) by default
+        # i.i.d. Gaussian (supp. §2, Cor. 1 proof), std √(2/N) by default (PFML-R6)
         p = torch.randn(self.num_classes * self.proxies_per_class, self.embedding_size)
         if proxy_init == "normal":
             return p * (math.sqrt(2.0 / self.num_classes) if std is None else std)
@@ -114,8 +119,10 @@ class PotentialFieldLoss(nn.Module):
     def repulsion(self, d: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def _sparse(self, pairs: int, dense_limit: int) -> bool:
+    def _sparse(self, pairs: int, dense_limit: int, device: torch.device | None = None) -> bool:
         if self.pair_search == "auto":
+            if device is not None and device.type != "cpu":  # by memory budget on an accelerator
+                return pairs * DENSE_BYTES_PER_PAIR > DENSE_GPU_BYTES
             return pairs > dense_limit
         return self.pair_search == "neighbour"
 
@@ -123,7 +130,7 @@ class PotentialFieldLoss(nn.Module):
         if embeddings.ndim != 2 or embeddings.shape[1] != self.embedding_size:
             raise ValueError(f"{type(self).__name__}: embeddings must be (B, {self.embedding_size}), "
                              f"got {tuple(embeddings.shape)}")
-        with torch.autocast(embeddings.device.type, enabled=False):  # energies in fp32 at least (spec §1.7)
+        with torch.autocast(embeddings.device.type, enabled=False):  # energies in fp32 at least (PFML-R7)
             dtype = torch.promote_types(embeddings.dtype, torch.float32)
             z, y = embeddings.to(dtype), labels.to(embeddings.device).long()
             q = self.proxies.to(dtype)
@@ -134,8 +141,8 @@ class PotentialFieldLoss(nn.Module):
             u_zp, u_pp = z.new_zeros(()), z.new_zeros(())
             if q.shape[0]:
                 u_pp = self._same_class_proxies(q)
-                sparse_zp = self._sparse(len(z) * q.shape[0], DENSE_SAMPLE_PROXY_PAIRS)
-                sparse_pp = self._sparse(q.shape[0] ** 2, DENSE_PROXY_PAIRS)
+                sparse_zp = self._sparse(len(z) * q.shape[0], DENSE_SAMPLE_PROXY_PAIRS, z.device)
+                sparse_pp = self._sparse(q.shape[0] ** 2, DENSE_PROXY_PAIRS, z.device)
                 if not sparse_zp:
                     u_zp = self._pair_potential(pairwise_distances(z, q), y[:, None] == self.proxy_labels[None, :]).sum()
                 if not sparse_pp:

@@ -2,9 +2,9 @@
 
 Used by the proxy–data measures of PFML Table 3 (W₂) and RSW Table III (AvgDTP): PFML/CPML use
 their proxies raw (normalised with `normalize_proxies`), RSW raw, ASAP after its normalisation
-(v / max(1, ‖v‖), asap.md §1.9); the cosine losses of PML
+(v / max(1, ‖v‖), docs/readings/asap.md#asap-r31); the cosine losses of PML
 (Proxy-Anchor, ProxyNCA, SoftTriple, normalised softmax, ArcFace, CosFace) on the unit sphere
-(specs/pfml.md §4.4, "Which space").
+(docs/readings/pfml.md#pfml-r24).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""RSW: Realigned Softmax Warping (DeMoor & Prevost, arXiv 2408.15656), specs/rsw.md §1–2.
+"""RSW: Realigned Softmax Warping (DeMoor & Prevost, arXiv 2408.15656), Sec. III, eqs. 4–8; readings: docs/readings/rsw.md.
 
 Per sample, with unnormalised Euclidean distances t_ij = ‖e_i − p_j‖ to one proxy per class,
 
@@ -11,7 +11,7 @@ f2(t) = t and the warp of the ground-truth distance (eq. 7, Δ without gradient,
 
 s is the code's "temp", which multiplies the distances (an inverse temperature); the batch loss is
 the mean over samples (official code, Image-Retrieval/Model.py). `warp=False` is eq. 4 (f1 = t).
-Table III / Fig. 9 compare other functions; `RSW_FUNCTIONS` names them (spec §2.1):
+Table III / Fig. 9 compare other functions; `RSW_FUNCTIONS` names them (RSW-R13, RSW-R14):
 V1–V4 use f1 = f2 = t^power; V5–V8 are eq. 7 with α = ∞ (k1 only, no Δ) or α = 0 (k2 only).
 """
 
@@ -27,7 +27,7 @@ from .distances import pairwise_distances
 
 FUNCTIONS = ("warp", "power")
 
-# Table III rows (spec §2.1). The half-warps V5/V6 print no Δ (AMBIGUOUS: `use_delta` switches it).
+# Table III rows (RSW-R14). The half-warps V5/V6 print no Δ (AMBIGUOUS: `use_delta` switches it).
 RSW_FUNCTIONS: dict[str, dict] = {
     "V1": {"function": "power", "power": 1.0},  # t1 − t2 = eq. 4
     "V2": {"function": "power", "power": 2.0},

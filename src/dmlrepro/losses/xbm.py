@@ -1,6 +1,6 @@
 """XBM, cross-batch memory (Wang et al. 2020, "Cross-Batch Memory for Embedding Learning", CVPR):
-the C1-XBM / C2-XBM baselines of the ASAP paper (spec §1.8 row "XBM", §2.4, §2.6 rows "XBM memory"
-and "XBM pre-training", ambiguities A14 and A29).
+the C1-XBM / C2-XBM baselines of the ASAP paper (App. A.2 "XBM"; readings ASAP-R14, ASAP-R29
+and ASAP-R39 of docs/readings/asap.md).
 
 XBM keeps a FIFO ring buffer of the M most recent embeddings and their labels. The stored
 embeddings are detached: no gradient flows into the memory, which stands in for more samples per
@@ -8,11 +8,11 @@ step (the "slow drift" assumption: embeddings of a sample change slowly, so rece
 are close to the current ones). Each training step
 
 1. normalises the batch with the ASAP transform 𝒩 (paper §4.4, `normalize="lipschitz"`, as
-   :class:`~dmlrepro.asap.losses.PairLoss`; spec §1.9: every method uses it);
+   :class:`~dmlrepro.asap.losses.PairLoss`; ASAP-R31: every method uses it);
 2. computes the base pair loss (C1, C2, MS or Triplet of :mod:`dmlrepro.asap.losses`) with the batch
    samples as anchors:
 
-   * ``combine="sum"`` (default; spec §1.8 [CODE `losses/xbm.py`]):
+   * ``combine="sum"`` (default; ASAP-R39, the later code's `losses/xbm.py`):
      loss = ℓ(batch, batch) + memory_weight · ℓ(batch, memory), weights 1 and 1, where
      ℓ(batch, batch) excludes self-pairs (the plain :class:`PairLoss`);
    * ``combine="union"``: loss = ℓ(batch, batch ∪ memory) with self-pairs excluded, i.e. one
@@ -24,12 +24,12 @@ are close to the current ones). Each training step
 
 The memory is used only from the ``start_step``-th training call on (0-based): "We perform 1K steps
 of training with the baseline loss prior to integrate XBM loss in order to ensure slow drift"
-(paper A.2; spec §2.6: 1K on every dataset). Before that the loss is exactly the plain
+(paper A.2: 1K on every dataset). Before that the loss is exactly the plain
 :class:`PairLoss` of the same base loss.
 
-Memory sizes (paper A.2, spec §2.6; A14: used verbatim), in batches of 32, ``memory_size`` = batches × 32:
+Memory sizes (paper A.2; ASAP-R14: used verbatim), in batches of 32, ``memory_size`` = batches × 32:
 CUB / Cars (S, L) = (3, 25) → 96 / 800; InShop (100, 400) → 3,200 / 12,800; SOP (400, 1400) →
-12,800 / 44,800. The paper evaluates C1 and C2 with XBM (A29: C1 is XBM's official contrastive
+12,800 / 44,800. The paper evaluates C1 and C2 with XBM (ASAP-R29: C1 is XBM's official contrastive
 loss); MS and Triplet are registered too for completeness.
 
 Readings (not fixed by the paper; switches where it matters):
@@ -81,8 +81,8 @@ class XBMLoss(nn.Module):
             CUB/Cars "L" memory (25 batches).
         start_step: number of training calls with the plain in-batch loss before the memory is used
             (XBM pre-training; 1000 in the paper).
-        combine: "sum" (ℓ(b, b) + memory_weight·ℓ(b, memory), spec §1.8) or "union" (ℓ(b, b ∪ memory)).
-        memory_weight: weight of the memory term for ``combine="sum"`` (1.0 in the spec).
+        combine: "sum" (ℓ(b, b) + memory_weight·ℓ(b, memory), ASAP-R39) or "union" (ℓ(b, b ∪ memory)).
+        memory_weight: weight of the memory term for ``combine="sum"`` (1.0: XBM's formulation, ASAP-R39).
         normalize: "lipschitz" (paper), "l2" or "none", as PairLoss.
     """
 

@@ -64,7 +64,7 @@ class BackboneSpec:
 
 BACKBONES: dict[str, BackboneSpec] = {}
 
-#: Other names used in specs / configs for the same trunk (PFML spec §3.5 names included).
+#: Other names used in configs for the same trunk.
 ALIASES: dict[str, str] = {
     "r50": "resnet50",
     "bninception": "bn_inception",

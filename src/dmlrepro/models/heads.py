@@ -6,7 +6,7 @@ Pooling (``pool``), applied to the trunk's output:
   ``avg`` (GAP), ``max`` (GMP), ``avg+max`` (GAP + GMP **summed**: Proxy-Anchor
   ``net/resnet.py`` and RSW ``Model.py``, ``AdaptiveMaxPool2d(1)(x) + AdaptiveAvgPool2d(1)(x)``),
   ``catavgmax`` (``[GAP, GMP]`` concatenated, 2C; timm's name). Note timm's own ``avgmax``
-  is the *mean* of the two, which no spec here uses, so it is not offered.
+  is the *mean* of the two, which none of the papers uses, so it is not offered.
 - ViT token sequences ``(B, N, C)``: ``cls`` (the class token, as PFML's reading for
   ViT-S / DINO and the DINO/Hyp/HIER codebases), ``token_avg`` (mean of the patch tokens).
 

@@ -36,10 +36,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         "head_init": "kaiming_fan_out",
         "l2_normalize": True,
     },
-    # PFML spec §1.1, §3.3: new last linear layer, l2-normalised output; GAP for CNNs is
-    # the spec's reading (switch to avg+max for the Proxy-Anchor variant); CLS for ViTs.
+    # PFML main §4.1: new last linear layer, l2-normalised output; GAP for CNNs is the reading
+    # (PFML-R18; avg+max for the Proxy-Anchor variant); CLS for ViTs (PFML-R19).
     "pfml": {"pool": None, "head": "linear", "head_init": "kaiming_fan_out", "l2_normalize": True},
-    # RSW spec §3.1: max + avg pooling summed, LayerNorm(C, no affine), Linear(C, 512),
+    # RSW (Sec. IV-B and its code's Model.py, RSW-R10): max + avg pooling summed, LayerNorm(C, no affine), Linear(C, 512),
     # kaiming fan_out (CUB/Cars; "default" for SOP), no L2 normalisation.
     "rsw": {
         "pool": "avg+max",
@@ -55,7 +55,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "head_init": "kaiming_fan_out",
         "l2_normalize": False,
     },
-    # ASAP spec §"Model": GAP only, FC 1024->128 without bias, Glorot-uniform; its Lipschitz
+    # ASAP (Sec. 4.4, ASAP-R35): GAP only, FC 1024->128 without bias, Glorot-uniform; its Lipschitz
     # normalisation is part of the loss/evaluation, not of the model.
     "asap": {
         "pool": "avg",

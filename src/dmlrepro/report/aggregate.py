@@ -1,9 +1,9 @@
-"""Seeds → mean ± std (and 95 % CI) per method and sweep point (DESIGN.md flow: aggregate).
+"""Seeds → mean ± std (and 95 % CI) per method and sweep point (docs/architecture.md: aggregate).
 
 The standard deviation is the sample std (ddof = 1), the papers' unstated convention read as in
-specs/pfml.md §3.3; a group with one seed has std NaN. `<metric>_ci95` is the half-width of the
+docs/readings/protocols.md#proto-r5; a group with one seed has std NaN. `<metric>_ci95` is the half-width of the
 95 % confidence interval of the mean, t(0.975, n − 1) · std / √n — the MLRC tables' ± over
-reproductions (powerful-benchmarker's t-distribution, reference-implementations.md §3). Diverged runs are counted in `diverged`
+reproductions (powerful-benchmarker's t-distribution, docs/readings/protocols.md#proto-r3). Diverged runs are counted in `diverged`
 and their last finite metrics are kept out of the means, unless the experiment reports them
 (`last_finite=True`: RSW Table III prints "the last result preceding numerical instability").
 Metrics under test-image corruptions (metrics.json `corruption_metrics`, RSW Table IV) are
@@ -43,15 +43,11 @@ def sweep_points(aggregated: pd.DataFrame, key: str) -> pd.Series:
     return aggregated["sweep"].map(value)
 
 
-def aggregate_runs(records: Iterable[Mapping[str, Any]], metrics: list[str], *,
-                   last_finite: bool = False) -> pd.DataFrame:
-    """One row per (method, dataset, sweep point): `<metric>_mean`, `_std`, `_ci95`, seeds, diverged.
-
-    Each record holds `method`, `dataset`, `sweep` (a mapping), `seed`, `result` (the run's
-    metrics.json content: `status`, `metrics` and, where asked for, `proxy_metrics`) and
-    optionally `timing` (report.timing.timing_metrics of its train_log.csv). `last_finite`: a
-    diverged run contributes its last finite evaluation instead of NaN."""
-    keys = ["method", "dataset", "sweep"]
+def seed_table(records: Iterable[Mapping[str, Any]], metrics: list[str], *,
+               last_finite: bool = False) -> pd.DataFrame:
+    """One row per record (a run, or an MLRC reproduction): method, dataset, sweep (sweep_label),
+    seed, diverged and each metric's value — the per-seed values behind aggregate_runs' means
+    (the Claims section tests over them). Records and `last_finite` as in aggregate_runs."""
     rows = []
     for record in records:
         result = record["result"]
@@ -65,10 +61,22 @@ def aggregate_runs(records: Iterable[Mapping[str, Any]], metrics: list[str], *,
             hidden = row["diverged"] and metric not in TIMING and not last_finite
             row[metric] = float("nan") if value is None or hidden else float(value)
         rows.append(row)
-    if not rows:  # an experiment without runs (a figure drawn from the config alone)
+    return pd.DataFrame(rows, columns=["method", "dataset", "sweep", "seed", "diverged", *metrics])
+
+
+def aggregate_runs(records: Iterable[Mapping[str, Any]], metrics: list[str], *,
+                   last_finite: bool = False) -> pd.DataFrame:
+    """One row per (method, dataset, sweep point): `<metric>_mean`, `_std`, `_ci95`, seeds, diverged.
+
+    Each record holds `method`, `dataset`, `sweep` (a mapping), `seed`, `result` (the run's
+    metrics.json content: `status`, `metrics` and, where asked for, `proxy_metrics`) and
+    optionally `timing` (report.timing.timing_metrics of its train_log.csv). `last_finite`: a
+    diverged run contributes its last finite evaluation instead of NaN."""
+    keys = ["method", "dataset", "sweep"]
+    frame = seed_table(records, metrics, last_finite=last_finite)
+    if frame.empty:  # an experiment without runs (a figure drawn from the config alone)
         return pd.DataFrame(columns=[*keys, *(f"{m}_{s}" for m in metrics for s in ("mean", "std", "ci95")),
                                      "seeds", "diverged"])
-    frame = pd.DataFrame(rows)
     grouped = frame.groupby(keys, sort=False)
     table = grouped["seed"].count().rename("seeds").to_frame()
     if metrics:
@@ -97,7 +105,7 @@ MLRC_FOLD_KEY = "validation.fold"
 
 def mlrc_records(records: Iterable[Mapping[str, Any]], fold_key: str = MLRC_FOLD_KEY) -> list[dict[str, Any]]:
     """Fold runs → one record per (method, dataset, other sweep keys, seed), MLRC protocol
-    (Musgrave et al. 2020; asap.md §3.2; pfml.md §4.5): `<metric>@separated` is the mean of the
+    (Musgrave et al. 2020; docs/readings/protocols.md#proto-r3): `<metric>@separated` is the mean of the
     fold models' own test metrics (the "128-dim" block), `<metric>@concatenated` the metrics of
     their concatenated test embeddings (the "512-dim" block, evaluation.mlrc), and `<metric>@complete`
     the test metrics of the group's Complete run where the final stage has one (sweep key

@@ -1,5 +1,5 @@
 """Paper-shaped comparison tables: the reported value, ours (mean ± std over seeds), Δ, and whether
-Δ lies within the combined uncertainty (issue [4/7] item 6).
+Δ lies within the combined uncertainty (docs/readings/protocols.md#proto-r5).
 
 Δ = ours − paper in the paper's unit. The combined uncertainty is σ = √(σ_paper² + σ_ours²) with
 each σ the printed or measured sample std (a missing one counts as 0); Δ is *within* when

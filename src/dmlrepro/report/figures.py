@@ -212,7 +212,7 @@ def rsw_f1(t: np.ndarray, *, function: str = "warp", power: float = 1.0, alpha: 
     """f1 of RSW eq. 7 (or t^power for Table III's V1–V4; t for warp = False), float64, as a value
     (the loss landscape has no stop-gradient). `delta` reads Δ on [0, α): "value" = the forward
     value k1·t + k·(1 − k1)·t (= t for k = 1: the landscape equals eq. 4 there), "continuous" =
-    k1·t + (1 − k1)·α (spec Fig. 3 note: continuous, with eq. 7's slopes, the "approximation"
+    k1·t + (1 − k1)·α (RSW-R20: continuous, with eq. 7's slopes, the "approximation"
     the caption names), "none" = k1·t. `_ignored`: other loss hyperparameters (scale, ...)."""
     t = np.asarray(t, dtype=np.float64)
     if not warp:
@@ -357,7 +357,7 @@ def search_surface_figure(surface, path: str | os.PathLike, *, x_label: str, y_l
 
 def improvement_figure(rows: Sequence[Mapping], path: str | os.PathLike, *, y_label: str,
                        datasets: Mapping[str, str] | None = None) -> None:
-    """ASAP Fig. 5 (A22): one panel per dataset, a bar per method holding its metric, bars grouped by
+    """ASAP Fig. 5 (ASAP-R22): one panel per dataset, a bar per method holding its metric, bars grouped by
     base loss (the base first, grey; its variants green where they improve on it, red where not),
     each variant annotated with its absolute Δ over the base (and Δ in % of the base); a method with
     no base loss among the methods (SoftTriple) stands alone, hatched.

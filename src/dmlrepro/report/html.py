@@ -1,5 +1,6 @@
 """The HTML report: one self-contained `index.html` (inline CSS, no scripts, no network) with the
-sections' figures copied beside it, rendered from reports/templates/index.html.j2 with Jinja."""
+sections' figures copied beside it, rendered from reports/templates/index.html.j2 with Jinja. A section's
+`readings` become links to docs/readings (dmlrepro.report.readings)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import jinja2
 
 from dmlrepro.atomic import atomic_write_text
 
+from .readings import reading_links, readings_dir_of
+
 TEMPLATE = "index.html.j2"
 FIGURES = "figures"
 
@@ -24,11 +27,27 @@ def fmt(value: Any, digits: int = 2, signed: bool = False) -> str:
     return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
 
 
+def pvalue(value: float | None) -> str:
+    """A p-value as the Claims section prints it: 3 significant digits, "< 0.001" below 0.001."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return "< 0.001" if value < 0.001 else f"{value:.3g}"
+
+
 def render_report(sections: Sequence[Mapping[str, Any]], section_dirs: Sequence[str | os.PathLike],
                   provenance: Mapping[str, Any], out_html: str | os.PathLike, template_dir: str | os.PathLike,
-                  title: str = "dmlrepro report") -> None:
-    """Copy every section's figures into `<out>/figures/` and write `out_html` last (atomically)."""
+                  title: str = "dmlrepro report", readings_dir: str | os.PathLike | None = None,
+                  claims: Mapping[str, Any] | None = None) -> None:
+    """Copy every section's figures into `<out>/figures/` and write `out_html` last (atomically).
+
+    `readings_dir`: the docs/readings the sections' `readings` link to (default: the one of the
+    repository whose reports/templates is `template_dir`)."""
     out_html = Path(out_html)
+    if readings_dir is None:
+        readings_dir = readings_dir_of(Path(template_dir).resolve().parents[1])
+    sections = [{**s, "reading_links": reading_links(s.get("readings") or (), readings_dir, out_html.parent,
+                                                     f"experiments.{s.get('experiment')}.report.readings")}
+                for s in sections]
     figures = out_html.parent / FIGURES
     figures.mkdir(parents=True, exist_ok=True)
     for section, folder in zip(sections, section_dirs):
@@ -37,6 +56,7 @@ def render_report(sections: Sequence[Mapping[str, Any]], section_dirs: Sequence[
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(template_dir)), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["fmt"] = fmt
+    env.filters["pvalue"] = pvalue
     html = env.get_template(TEMPLATE).render(title=title, sections=sections, provenance=provenance,
-                                             figures_dir=FIGURES)
+                                             figures_dir=FIGURES, claims=claims)  # claims: report.claims
     atomic_write_text(out_html, html)

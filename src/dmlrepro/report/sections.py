@@ -20,7 +20,7 @@ kinds
              best point beside the paper's choice (ASAP Fig. 2; experiments with `search:`)
   improvement  a metric per method and its improvement over the method's base loss (report.base),
              absolute and in %, as bars grouped by base loss, one panel per dataset, and the table
-             (ASAP Fig. 5, A22)
+             (ASAP Fig. 5, ASAP-R22)
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def build_section(name: str, experiment: Mapping[str, Any], aggregated: pd.DataF
     section = {"experiment": name, "kind": kind, "title": spec.get("title", name),
                "description": experiment.get("description", ""), "paper_says": spec.get("paper_says", ""),
                "reported": spec.get("reported"), "block": spec.get("block"), "table": None, "figures": [],
-               "notes": list(spec.get("notes", [])), "ratios": [], "hparams": [],
+               "notes": list(spec.get("notes", [])), "readings": list(spec.get("readings", [])),
+               "ratios": [], "hparams": [],
                "runs": [r["run_id"] for r in runs]}
     methods, datasets = spec.get("methods") or {}, spec.get("datasets") or {}
     # expected reproductions: a search's final stage trains final.seeds (RSW App. D), others their seeds
@@ -182,7 +183,7 @@ def build_section(name: str, experiment: Mapping[str, Any], aggregated: pd.DataF
         figures.improvement_figure(rows, outdir / file, y_label=improvement_metric + unit, datasets=datasets)
         section["figures"].append({"file": file, "caption": f"{improvement_metric}{unit} per method (mean over "
                                    f"{seeds} seed(s)), grouped by base loss (grey); labels: Δ over the base loss, "
-                                   f"absolute and in % of the base (A22)"})
+                                   f"absolute and in % of the base (ASAP-R22)"})
     write_json_atomic(outdir / SECTION_FILE, section)
     return section
 
@@ -215,7 +216,7 @@ def check_improvement(name: str, experiment: Mapping) -> tuple[str, dict[str, st
 
 def improvement_rows(aggregated: pd.DataFrame, metric: str, base: Mapping[str, str], declared: Sequence[str],
                      methods: Mapping[str, str]) -> list[dict]:
-    """ASAP Fig. 5 (A22): per (dataset, sweep point) and method, `metric` (mean over seeds, paper units)
+    """ASAP Fig. 5 (ASAP-R22): per (dataset, sweep point) and method, `metric` (mean over seeds, paper units)
     and, for a variant in `base`, its improvement over its base loss on the same dataset and sweep
     point: `delta` = variant − base (paper units), `delta_pct` = 100 · delta / base (None when the base
     is missing or 0). Rows come grouped by base loss: each base (declared order of its first variant's

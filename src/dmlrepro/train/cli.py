@@ -6,7 +6,7 @@
 
 Each ``*_main(argv)`` returns the exit code: 0 success (a diverged run is a success: its
 metrics.json says ``"status": "diverged"``), 1 runtime error (missing data/weights, ...),
-2 bad config or arguments, 75 (``EX_TEMPFAIL``) stopped by SIGTERM/SIGUSR1 after writing a
+2 bad config or arguments, 75 (``EX_TEMPFAIL``) stopped by SIGTERM/SIGUSR1/SIGUSR2 after writing a
 checkpoint (rerun the same command to resume). ``python -m dmlrepro.train.cli train|evaluate|launch``
 works too.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -94,6 +95,16 @@ def evaluate_main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _submitit_signal() -> int:
+    """The signal submitit's job handler checkpoints and requeues on (SIGUSR2 unless configured)."""
+    try:
+        from submitit import JobEnvironment
+
+        return JobEnvironment._usr_sig()
+    except (ImportError, AttributeError, RuntimeError):  # pragma: no cover - submitit missing or changed
+        return signal.SIGUSR2
+
+
 class TrainJob:
     """A submitit-checkpointable ``train_run`` call: on timeout/preemption submitit calls
     ``checkpoint`` and requeues the same job, which resumes from ``OUTDIR/checkpoints``."""
@@ -104,9 +115,14 @@ class TrainJob:
     def __call__(self) -> dict:
         from .engine import train_run
 
-        # RunInterrupted (SIGTERM/SIGUSR1) propagates: the checkpoint is written, and a SLURM
-        # requeue or a new submission of the same run resumes from it.
-        return train_run(self.config, self.outdir, progress=False)
+        try:
+            return train_run(self.config, self.outdir, progress=False)
+        except RunInterrupted as e:
+            # the checkpoint is written; on submitit's preemption signal (USR2) its own handler, back
+            # in place now, calls `checkpoint` and requeues the job, which resumes from OUTDIR/checkpoints
+            if e.signum == _submitit_signal() and callable(signal.getsignal(e.signum)):
+                signal.raise_signal(e.signum)
+            raise
 
     def checkpoint(self, *args: Any, **kwargs: Any):
         import submitit

@@ -116,20 +116,22 @@ DEFAULTS: dict[str, Any] = {
     "epochs": 3,
     "steps_per_epoch": None,  # cap on optimizer steps per epoch (None = the sampler's full epoch)
     "seed": 0,
-    "deterministic": True,
+    # deterministic algorithms: "auto" = on for the CPU, off on CUDA (docs/training.md#bit-exactness)
+    "deterministic": "auto",
     "eval": {
         "every": 1,  # evaluate on the test split every n epochs (0 = only at the end)
         "before_training": True,  # epoch-0 row: the untrained network
         "ks": [1, 2, 4, 8],
         "distance": "cosine",
         "select": "last",  # last | best_test (by test recall@1; diagnostic, as in Proxy-Anchor's code)
-        "nmi": False,
+        "nmi": False,  # true | false | {average, kmeans, n_init} (dmlrepro.evaluation.clustering.nmi_options)
+        "normalize": "none",  # none | lipschitz (v / max(1, ‖v‖) before eval.distance, ASAP §4.4) | l2
         "proxy_metrics": [],  # after training, on the train split: "w2" (PFML Table 3), "avg_dtp" (RSW Table III)
-        "w_power": 1,  # W₂ as printed (mean distance, 1) or a true W₂ (2): specs/pfml.md §4.4
+        "w_power": 1,  # W₂ as printed (mean distance, 1) or a true W₂ (2): docs/readings/pfml.md#pfml-r24
         "proxy_metrics_per_epoch": False,  # also log eval.proxy_metrics at every evaluated epoch (RSW Fig. 9)
         "corruptions": [],  # [{name, severity}]: test metrics under each image corruption (RSW Table IV)
     },
-    # class-disjoint validation inside the training classes (MLRC / ASAP protocol, asap.md §2.5, §3.2):
+    # class-disjoint validation inside the training classes (MLRC / ASAP protocol, PROTO-R3, ASAP-R33):
     # the model trains on the rest of the training classes and is evaluated on these every epoch
     "validation": {
         "split": None,  # null | fold (fold k of n_folds) | holdout (RSW's 50/50 class split) | samples (below)
@@ -138,24 +140,24 @@ DEFAULTS: dict[str, Any] = {
         "n_folds": 4,
         "scheme": "linspace",  # linspace (ASAP's code) | mlrc (powerful-benchmarker's MLRCSplitManager)
         "metric": "map@r",  # monitored validation metric
-        "patience": None,  # global early stopping: evaluations without improvement (ASAP: 60, A7); null = never
+        "patience": None,  # global early stopping: evaluations without improvement (ASAP: 60, ASAP-R7); null = never
         "min_delta": 1e-5,  # an evaluation improves iff value > best + min_delta
     },
-    # ASAP's alternating projections (asap.md §1.6): needs an asap_* loss and a validation split;
+    # ASAP's alternating projections (paper Alg. 1): needs an asap_* loss and a validation split;
     # one "epoch" is one evaluation interval E (steps_per_epoch), epochs caps the evaluations
     "asap": {
         "enabled": False,
         "b": 12,  # k-Center pool budget per class (pool = b if b >= P else b·P; b = 1: random)
         "lam": 2e-4,  # λ of the proximal term λ/2 ‖θ − θ*‖²
         "projection_patience": 3,  # evaluations without improvement inside a projection -> alternate
-        "alternate": True,  # false: Loss-Proxy (one projection, λ = 0; A16)
-        "first_init": "kcenter_from_random",  # A1: kcenter_from_random | random | kcenter_from_zero
-        "anchor": "best",  # A4: θ*, ρ* = best-in-projection (best) or values at the alternation (last)
-        "reset_optimizer": False,  # A5
-        "lambda_first_projection": False,  # A3: λ_eff = 0 in the first projection
+        "alternate": True,  # false: Loss-Proxy (one projection, λ = 0; ASAP-R16)
+        "first_init": "kcenter_from_random",  # ASAP-R1: kcenter_from_random | random | kcenter_from_zero
+        "anchor": "best",  # ASAP-R4: θ*, ρ* = best-in-projection (best) or values at the alternation (last)
+        "reset_optimizer": False,  # ASAP-R5
+        "lambda_first_projection": False,  # ASAP-R3: λ_eff = 0 in the first projection
         "small_budget": "times_p",  # pool size rule for b < P: times_p (b·P) | clip (P)
-        "normalize": False,  # A6: k-Center on raw outputs (false) or Lipschitz-normalised ones
-        "pool_augment": True,  # A6: pool images with the train augmentation (BN always in eval mode)
+        "normalize": False,  # ASAP-R6: k-Center on raw outputs (false) or Lipschitz-normalised ones
+        "pool_augment": True,  # ASAP-R6: pool images with the train augmentation (BN always in eval mode)
         "max_alternations": None,  # cap (null: unbounded, the paper)
         "save_val_embeddings": False,  # validation embeddings at each alternation (ASAP Fig. 7)
         # trainable: proxy-based ASAP (eq. 4.11); samples: sample-based ASAP (eq. 4.10, §5.2), the proxies are
@@ -165,8 +167,12 @@ DEFAULTS: dict[str, Any] = {
     "checkpoint": {"keep": 2},
     "divergence": {"check_grads": True},
     "device": "auto",
-    "num_workers": 0,
-    "threads": None,  # torch.set_num_threads for the run (None = leave as is)
+    "num_workers": 0,  # DataLoader workers; "auto": the CPUs this process may use, less one for it
+    "threads": None,  # torch.set_num_threads for the run (None = leave as is); with num_workers auto: the CPU budget
+    # speed only (docs/training.md#run-control): cuDNN autotuning, NHWC memory format, TF32 matmuls/convolutions,
+    # and how many optimizer steps run between two reads of the loss and finiteness flags on the host
+    # knn_backend: evaluation's exact k-NN search, auto | torch | faiss-cpu | faiss-gpu (docs/evaluation.md#backends)
+    "speed": {"cudnn_benchmark": False, "channels_last": False, "tf32": False, "sync_every": 1, "knn_backend": "auto"},
 }
 
 #: Hyperparameters filled in when a loss needs them and the config does not give them (the
@@ -174,15 +180,15 @@ DEFAULTS: dict[str, Any] = {
 LOSS_HPARAM_DEFAULTS: dict[str, dict[str, Any]] = {
     "pfml": {"proxies_per_class": 2},
     "cpml": {"proxies_per_class": 2},
-    "rsw": {"alpha": 28.4, "k1": 0.93, "k2": 1.15},  # CUB phase 1 of the RSW code (rsw.md §3.4)
+    "rsw": {"alpha": 28.4, "k1": 0.93, "k2": 1.15},  # CUB phase 1 of the RSW code (RSW-R3)
 }
 
 #: (section, key) pairs that say where or how fast a run runs, not what it computes: a resumed
 #: run may differ in them, and ``dmlrepro.runs`` leaves them out of the run id. Changing
-#: ``threads`` or ``device`` can change float rounding, so bit-identity after a resume holds only
-#: when they stay the same.
+#: ``threads``, ``device``, ``deterministic`` or ``speed`` can change float rounding, so
+#: bit-identity after a resume holds only when they stay the same (docs/training.md#bit-exactness).
 RUNTIME_KEYS = (("dataset", "root"), ("dataset", "prepare"), ("dataset", "cache_images"), ("model", "weights_cache_dir"),
-                (None, "device"), (None, "num_workers"), (None, "threads"))
+                (None, "device"), (None, "num_workers"), (None, "threads"), (None, "deterministic"), (None, "speed"))
 
 
 #: Keys added after finished runs existed, with the default that means "off": at that default
@@ -197,6 +203,7 @@ LATE_DEFAULTS: dict[tuple[str | None, str], Any] = {
     ("asap", "proxies"): "trainable",
     ("followup", "trigger"): "epochs",
     ("validation", "fraction"): 0.1,
+    ("eval", "normalize"): "none",
 }
 
 
@@ -445,7 +452,8 @@ def resolve_run_config(partial: Mapping[str, Any] | None) -> dict:
     _num(cfg, "epochs", lo=1, integer=True)
     _num(cfg, "steps_per_epoch", lo=1, integer=True, allow_none=True)
     _num(cfg, "seed", lo=0, integer=True)
-    _bool(cfg, "deterministic")
+    if not (cfg["deterministic"] == "auto" or isinstance(cfg["deterministic"], bool)):
+        raise _err("deterministic", cfg["deterministic"], "'auto', true or false")
     _num(cfg, "warmup_epochs", lo=0, integer=True)
     if cfg["warmup_epochs"] >= cfg["epochs"]:
         raise _err("warmup_epochs", cfg["warmup_epochs"], f"fewer than epochs = {cfg['epochs']}")
@@ -478,7 +486,14 @@ def resolve_run_config(partial: Mapping[str, Any] | None) -> dict:
     e = cfg["eval"]
     _num(cfg, "eval.every", lo=0, integer=True)
     _bool(cfg, "eval.before_training")
-    _bool(cfg, "eval.nmi")
+    from dmlrepro.evaluation.clustering import nmi_options  # noqa: PLC0415
+    try:
+        nmi_options(e["nmi"])
+    except ValueError as exc:
+        raise _err("eval.nmi", e["nmi"], str(exc)) from None
+    _choice(cfg, "eval.normalize", ("none", "lipschitz", "l2"))
+    if e["normalize"] == "lipschitz" and e["distance"] == "cosine":  # cosine would undo v / max(1, ‖v‖)
+        raise _err("eval.normalize", "lipschitz", "eval.distance: euclidean (cosine re-normalises every vector)")
     if not (isinstance(e["ks"], (list, tuple)) and e["ks"] and all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in e["ks"])):
         raise _err("eval.ks", e["ks"], "a non-empty list of integers >= 1")
     e["ks"] = sorted(set(int(k) for k in e["ks"]))
@@ -511,8 +526,15 @@ def resolve_run_config(partial: Mapping[str, Any] | None) -> dict:
     dev = cfg["device"]
     if not isinstance(dev, str) or not (dev in ("auto", "cpu", "cuda") or dev.startswith("cuda:")):
         raise _err("device", dev, "'auto', 'cpu', 'cuda' or 'cuda:N'")
-    _num(cfg, "num_workers", lo=0, integer=True)
+    nw = cfg["num_workers"]
+    if nw != "auto" and (isinstance(nw, bool) or not isinstance(nw, int) or nw < 0):
+        raise _err("num_workers", nw, "an integer >= 0 or 'auto'")
     _num(cfg, "threads", lo=1, integer=True, allow_none=True)
+    for k in ("cudnn_benchmark", "channels_last", "tf32"):
+        _bool(cfg, f"speed.{k}")
+    _num(cfg, "speed.sync_every", lo=1, integer=True)
+    from dmlrepro.evaluation.knn import BACKENDS as KNN_BACKENDS  # noqa: PLC0415
+    _choice(cfg, "speed.knn_backend", KNN_BACKENDS)
 
     _check_loss(cfg)
     return cfg
@@ -563,7 +585,7 @@ def _check_followup_trigger(cfg: dict) -> None:
 
 
 def _check_asap(cfg: dict) -> None:
-    """asap.*: the alternation schedule and k-Center selection (asap.md §1.6, §7)."""
+    """asap.*: the alternation schedule and k-Center selection (ASAP Alg. 1–2; docs/readings/asap.md)."""
     from dmlrepro.asap.kcenter import FIRST_INIT, SMALL_BUDGET
     from dmlrepro.asap.schedule import ANCHORS
 

@@ -240,7 +240,7 @@ class SeededDataset(Dataset):
 
 def worker_init(_worker_id: int) -> None:
     """DataLoader workers ignore the preemption signals; the main process handles them."""
-    for sig in (signal.SIGTERM, signal.SIGUSR1):
+    for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):  # USR2: submitit's handler would exit the worker
         try:
             signal.signal(sig, signal.SIG_IGN)
         except (ValueError, OSError):  # pragma: no cover

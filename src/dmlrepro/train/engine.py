@@ -1,11 +1,11 @@
 """The training engine: one resolved run config -> a trained model, its test embeddings and
 metrics, in a run directory that can be interrupted and resumed at any point.
 
-Run directory (DESIGN.md): ``config.yaml`` (resolved), ``train_log.csv`` (one row per epoch,
+Run directory (docs/training.md): ``config.yaml`` (resolved), ``train_log.csv`` (one row per epoch,
 row 0 = the untrained network), ``embeddings_test.npz`` (the selected model's test
 embeddings, saved once), ``metrics.json`` and ``checkpoints/`` (resume only).
 
-Resume protocol: a checkpoint is written at the end of every epoch and, on SIGTERM/SIGUSR1,
+Resume protocol: a checkpoint is written at the end of every epoch and, on SIGTERM/SIGUSR1/SIGUSR2,
 after the current optimizer step (then :class:`RunInterrupted`; the CLI exits 75). A restarted
 ``train_run`` on the same directory loads the newest valid checkpoint -- model, loss parameters,
 optimizer, GradScaler, every RNG state, epoch, batch index within the epoch, the epoch's
@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import io
 import json
 import logging
-import math
 import os
+import socket
 import time
 import zipfile
 from pathlib import Path
@@ -31,6 +32,7 @@ import torch
 import yaml
 
 from dmlrepro.atomic import atomic_write_text, write_json_atomic
+from dmlrepro.preflight.projection import warn_time_budget
 
 from .checkpoint import load_latest, save_checkpoint, write_verified
 from .config import ConfigError, config_identity, dump_yaml, resolve_run_config
@@ -42,6 +44,7 @@ from .optim import (apply_trainability, base_group, build_optimizer, group_lrs, 
                     set_lrs)
 from .preemption import RunInterrupted, StopFlag
 from .projections import Projections
+from .runtime import apply_speed, available_cpus, resolve_runtime, restore_speed
 from .seeding import DeterminismGuard, loss_seed, rng_state, seed_everything, set_rng_state
 from .validation import BEST_VAL_MODEL_FILE, Validation
 
@@ -60,6 +63,12 @@ def resolve_device(name: str) -> torch.device:
         raise ConfigError(f"run config: device = {name!r}: expected a device that exists (no CUDA GPU is visible); "
                           f"use 'auto' or 'cpu'")
     return dev
+
+
+def all_finite(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """A device bool: no inf/NaN in any of `tensors`, in two fused kernels (x·0 is NaN exactly
+    where x is not finite; the norm of each product is 0 or NaN), without a host sync."""
+    return torch.isfinite(torch.stack(torch._foreach_norm(torch._foreach_mul(tensors, 0.0))).sum())
 
 
 def _say(msg: str) -> None:
@@ -123,11 +132,65 @@ def _run_lock(outdir: Path):
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
             _say(f"{outdir} is being trained by another process (pid {holder}); waiting for it to end")
             fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as error:
+            if error.errno not in _NO_FLOCK:
+                raise
+            _say(f"{outdir}: flock is not supported here ({error.strerror}); using the lock file {_LOCK_FILE}")
+            with _lock_file(outdir / _LOCK_FILE):
+                yield
+            return
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+#: flock errors of filesystems without flock support (Lustre without ``-o flock``, some NFS)
+_NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
+_LOCK_FILE = ".lock.pid"
+
+
+@contextlib.contextmanager
+def _lock_file(path: Path, poll: float = 5.0):
+    """An exclusive lock file (``O_CREAT | O_EXCL``) holding ``pid host``, removed on exit. A file
+    left by a dead process of this host is stale and taken over; one of another host (whose pids
+    cannot be checked from here) is waited for: delete it by hand if that host is gone."""
+    me = f"{os.getpid()} {socket.gethostname()}"
+    said = False
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            break
+        except FileExistsError:
+            holder = path.read_text(errors="replace").strip() if path.exists() else ""
+            pid, _, host = holder.partition(" ")
+            if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+                _say(f"{path}: stale lock of dead process {pid} on {host}; taken over")
+                path.unlink(missing_ok=True)
+                continue
+            if not said:
+                _say(f"{path.parent} is being trained by another process ({holder or '?'}); waiting for it to end")
+                said = True
+            time.sleep(poll)
+    try:
+        os.write(fd, f"{me}\n".encode())
+        os.fsync(fd)
+        os.close(fd)
+        yield
+    finally:
+        if path.exists() and path.read_text(errors="replace").strip() == me:
+            path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 def _train_locked(cfg: dict, outdir: Path, progress: bool | None) -> dict[str, Any]:
@@ -152,6 +215,9 @@ def _train_locked(cfg: dict, outdir: Path, progress: bool | None) -> dict[str, A
         if diff:
             raise ConfigError(f"{outdir} holds a run with a different config ({diff}); "
                               f"use another output directory or delete this one")
+    # num_workers / threads / deterministic as this process uses them (runtime keys: config.yaml records them)
+    asked = cfg["threads"]  # the workflow's job CPUs
+    cfg = resolve_runtime(cfg, resolve_device(cfg["device"]))
     atomic_write_text(cfg_path, dump_yaml(cfg))
     mpath = outdir / "metrics.json"
     record = _finished_record(mpath)
@@ -160,8 +226,14 @@ def _train_locked(cfg: dict, outdir: Path, progress: bool | None) -> dict[str, A
         return record
     if progress is None:
         progress = os.isatty(2)
-    with DeterminismGuard(cfg["deterministic"], cfg["threads"]), StopFlag() as stop:
-        return _Trainer(cfg, plain, outdir, bool(progress), stop).run()
+    _say(f"{available_cpus()} CPUs available (threads asked: {asked}): num_workers {cfg['num_workers']}, "
+         f"torch threads {cfg['threads'] or torch.get_num_threads()}, deterministic {cfg['deterministic']}")
+    prev = apply_speed(cfg["speed"], cfg["deterministic"])
+    try:
+        with DeterminismGuard(cfg["deterministic"], cfg["threads"]), StopFlag() as stop:
+            return _Trainer(cfg, plain, outdir, bool(progress), stop).run()
+    finally:
+        restore_speed(prev)
 
 
 def _finished_record(mpath: Path) -> dict[str, Any] | None:
@@ -196,10 +268,8 @@ class _Trainer:
         self.ckdir = outdir / "checkpoints"
         self.device = resolve_device(cfg["device"])
         amp = cfg["amp"]
+        # autocast on CUDA and on the CPU alike (bfloat16, or float16 with the GradScaler)
         use_amp = (amp["enabled"] == "auto" and self.device.type == "cuda") or amp["enabled"] is True
-        if use_amp and self.device.type != "cuda":
-            raise ConfigError(f"run config: amp.enabled = true: expected a CUDA device (device is {self.device}); "
-                              f"set amp.enabled to 'auto' or false")
         self.amp_dtype = getattr(torch, amp["dtype"]) if use_amp else None
 
         seed_everything(cfg["seed"])  # model init from the run's seed (a bad model config fails before the data)
@@ -216,12 +286,14 @@ class _Trainer:
             self.loss.use_sample_proxies()  # eq. 4.10: proxies = embedded samples, no trainable proxy parameter
         self._check_proxy_metrics()
         self.model.to(self.device)
+        if cfg["speed"]["channels_last"]:  # NHWC activations (tensor cores); the batches follow in _step
+            self.model.to(memory_format=torch.channels_last)
         self.loss.to(self.device)
         self.labelmap.table = self.labelmap.table.to(self.device)
         self.phase1_attrs = {k: getattr(self.loss, k) for k in cfg["followup"]["loss"]}
         self.groups = named_groups(self.model, self.loss)
         self.optimizer = build_optimizer(cfg, self.groups, linked_groups(self.loss))
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
+        self.scaler = self._new_scaler()
         self.sampler = SeededBatchSampler(build_batch_sampler(cfg["dataset"], self.train_ds, cfg["seed"]),
                                           cfg["seed"], cfg["steps_per_epoch"])
         if self.sampler.num_batches() == 0:
@@ -234,6 +306,10 @@ class _Trainer:
                            if cfg["validation"]["split"] else None)
         self.pos: dict[str, Any] = {"epoch": 1, "batch": 0, "global_step": 0, "epoch_loss_sum": 0.0,
                                     "epoch_steps": 0, "epoch_seconds": 0.0, "history": [], "best": None}
+        self._open_window()  # reopened at every epoch's start (from the restored position)
+
+    def _new_scaler(self) -> torch.amp.GradScaler:
+        return torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
 
     def train_eval_ds(self):
         """The run's training images with the eval transform (built once)."""
@@ -246,7 +322,8 @@ class _Trainer:
     def _state(self) -> dict[str, Any]:
         state = {"format": CHECKPOINT_FORMAT, "config": config_identity(self.plain), "position": dict(self.pos),
                  "model": self.model.state_dict(), "loss": self.loss.state_dict(),
-                 "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(), "rng": rng_state()}
+                 "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(), "rng": rng_state(),
+                 "amp_dtype": str(self.amp_dtype).removeprefix("torch.") if self.amp_dtype else None}
         if self.validation is not None:
             state["validation"] = self.validation.state_dict()
         if self.projections is not None:
@@ -257,14 +334,17 @@ class _Trainer:
         return save_checkpoint(self.ckdir, self._state(), self.pos["epoch"], self.pos["batch"], self.cfg["checkpoint"]["keep"])
 
     def _restore(self, state: dict[str, Any], path: Path) -> None:
-        diff = _first_difference(state.get("config"), config_identity(self.plain))
+        # config_identity of the stored identity too: keys that became runtime keys later drop out of both
+        diff = _first_difference(config_identity(state.get("config") or {}), config_identity(self.plain))
         if state.get("format") != CHECKPOINT_FORMAT or diff:
             raise ConfigError(f"checkpoint {path} belongs to another config ({diff or 'format'}); "
                               f"use another output directory or delete {self.ckdir}")
+        self._restore_amp(state, path)
         self.model.load_state_dict(state["model"])
         self.loss.load_state_dict(state["loss"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scaler.load_state_dict(state["scaler"])
+        if state["scaler"] or not self.scaler.is_enabled():  # an enabled scaler refuses an empty state
+            self.scaler.load_state_dict(state["scaler"])
         set_rng_state(state["rng"])
         self.pos = dict(state["position"])
         if self.validation is not None:
@@ -272,6 +352,22 @@ class _Trainer:
         if self.projections is not None:
             self.projections.load_state_dict(state["projections"])
         _say(f"resuming from {path.name} (epoch {self.pos['epoch']}, batch {self.pos['batch']})")
+
+    def _restore_amp(self, state: dict[str, Any], path: Path) -> None:
+        """Resume in the autocast dtype the checkpoint trained with: ``amp.enabled: auto`` resolves
+        by device, so a run moved between CPU and CUDA keeps the checkpoint's dtype (with a message)."""
+        if "amp_dtype" not in state:  # written before the dtype was recorded
+            return
+        saved = getattr(torch, state["amp_dtype"]) if state["amp_dtype"] else None
+        if saved == self.amp_dtype:
+            return
+        if self.cfg["amp"]["enabled"] != "auto":  # pragma: no cover - amp.* is part of the identity
+            raise ConfigError(f"checkpoint {path}: amp.enabled = {self.cfg['amp']['enabled']!r} trained with "
+                              f"autocast {state['amp_dtype']}, now {self.amp_dtype}; delete {self.ckdir} to restart")
+        _say(f"amp.enabled = auto: keeping the checkpoint's autocast dtype {state['amp_dtype'] or 'off (float32)'} "
+             f"on {self.device} (it trained with it)")
+        self.amp_dtype = saved
+        self.scaler = self._new_scaler()
 
     # -- main loop ---------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -347,25 +443,31 @@ class _Trainer:
         t0 = time.perf_counter()
         bar = tqdm(loader, total=self.sampler.num_batches(), initial=pos["batch"], disable=not self.progress,
                    desc=f"epoch {epoch}/{cfg['epochs']}", leave=False, dynamic_ncols=True)
+        self._open_window()
+        every = cfg["speed"]["sync_every"]
         for x, y, _ in bar:
-            what = self._step(x, y)
-            if what:
-                pos["epoch_seconds"] += time.perf_counter() - t0
-                return {"epoch": epoch, "step": pos["batch"] + 1, "global_step": pos["global_step"] + 1,
-                        "what": what, "lrs": lrs}
+            self._step(x, y)
             pos["batch"] += 1
             pos["global_step"] += 1
             pos["epoch_steps"] += 1
-            if self.progress and pos["batch"] % 10 == 0:
-                bar.set_postfix(loss=f"{pos['epoch_loss_sum'] / pos['epoch_steps']:.4g}")
             self.stop.step_done()
+            if pos["batch"] % every == 0 or self.stop:  # the host reads the device's loss and flags
+                bad = self._sync(epoch, lrs)
+                if bad:
+                    pos["epoch_seconds"] += time.perf_counter() - t0
+                    return bad
+                if self.progress and pos["batch"] % 10 == 0:
+                    bar.set_postfix(loss=f"{pos['epoch_loss_sum'] / pos['epoch_steps']:.4g}")
             if self.stop:
                 pos["epoch_seconds"] += time.perf_counter() - t0
                 path = self._save()
                 bar.close()
                 raise RunInterrupted(self.stop.signum, path)
         bar.close()
+        bad = self._sync(epoch, lrs)
         pos["epoch_seconds"] += time.perf_counter() - t0
+        if bad:
+            return bad
         val_metrics = None
         if self.validation is not None:
             val_metrics = self.validation.evaluate(epoch)
@@ -390,6 +492,7 @@ class _Trainer:
         if self.validation is not None:
             self.validation.write_log()
         self._save()
+        warn_time_budget(cfg, epoch, time.perf_counter() - t0, _say)  # a job that cannot finish says so (docs/preflight.md)
         if self.stop:
             raise RunInterrupted(self.stop.signum, self.ckdir)
         return None
@@ -416,10 +519,40 @@ class _Trainer:
                 and epoch < cfg["epochs"]:
             pos["stopped"] = epoch  # followup.epochs phase-2 epochs done (the schedule is closed at the finish)
 
-    def _step(self, x: torch.Tensor, y: torch.Tensor) -> str | None:
-        """One optimizer step; returns "loss"/"gradients" instead of stepping if they are not finite."""
+    def _open_window(self) -> None:
+        """Device-side state between two host syncs: the epoch's loss sum (float64, added in the
+        order a host float would be) and the first non-finite step's kind (1 loss, 2 gradients) and batch."""
+        self._loss_sum = torch.tensor(self.pos["epoch_loss_sum"], dtype=torch.float64, device=self.device)
+        self._bad = torch.zeros(2, dtype=torch.int64, device=self.device)
+
+    def _sync(self, epoch: int, lrs: dict[str, float]) -> dict[str, Any] | None:
+        """One host read of the window: the loss sum into the position, or the divergence record of
+        the first non-finite step (the position set back to just before it; later steps are void)."""
+        loss_sum, kind, batch = torch.cat([self._loss_sum.view(1), self._bad.double()]).tolist()
+        if not kind:
+            self.pos["epoch_loss_sum"] = loss_sum
+            return None
+        pos = self.pos
+        void = pos["batch"] - int(batch)  # the bad step and those after it in the window
+        pos["batch"] -= void
+        pos["global_step"] -= void
+        pos["epoch_steps"] -= void
+        return {"epoch": epoch, "step": pos["batch"] + 1, "global_step": pos["global_step"] + 1,
+                "what": "loss" if kind == 1 else "gradients", "lrs": lrs}
+
+    def _flag(self, bad: torch.Tensor, kind: int) -> None:
+        """Record (kind, this batch) on the device if `bad` and no earlier step of the window was."""
+        first, at = self._bad.unbind()
+        new = bad & (first == 0)
+        self._bad = torch.stack([torch.where(new, kind, first), torch.where(new, self.pos["batch"], at)])
+
+    def _step(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """One optimizer step, without waiting for the device: a non-finite loss or gradient is
+        flagged on the device (:meth:`_flag`) and found by the next :meth:`_sync`."""
         dev = self.device
         x = x.to(dev, non_blocking=True)
+        if self.cfg["speed"]["channels_last"]:
+            x = x.contiguous(memory_format=torch.channels_last)
         y = self.labelmap(y.to(dev, non_blocking=True))
         self.optimizer.zero_grad(set_to_none=True)
         anchors = self.projections.anchor_images() if self.projections is not None and self.projections.samples else None
@@ -430,9 +563,8 @@ class _Trainer:
                 emb, z = self.model(torch.cat([x, anchors.to(x.dtype)])).split([len(x), len(anchors)])
         with torch.autocast(dev.type, enabled=False):  # the loss always runs in float32
             loss = self.loss(emb.float(), y) if anchors is None else self.loss(emb.float(), y, proxies=z.float())
-        value = float(loss.detach())
-        if not math.isfinite(value):
-            return "loss"
+        value = loss.detach()
+        self._flag(~torch.isfinite(value), 1)
         if anchors is not None:
             self.projections.record_anchors(z)
         self.scaler.scale(loss).backward()
@@ -442,15 +574,14 @@ class _Trainer:
             self.projections.after_backward()
         if not self.scaler.is_enabled() and self.cfg["divergence"]["check_grads"]:
             grads = [p.grad for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
-            if grads and not bool(torch.stack([torch.isfinite(g).all() for g in grads]).all()):
-                return "gradients"
+            if grads:
+                self._flag(~all_finite(grads), 2)
         clip = self.cfg["grad_clip"]["value"]
         if clip is not None:
             torch.nn.utils.clip_grad_value_([p for p in self.clip_params if p.grad is not None], clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        self.pos["epoch_loss_sum"] += value
-        return None
+        self._loss_sum += value.double()
 
     # -- evaluation and outputs ---------------------------------------------------------------
     def _evaluate(self, epoch: int, final: bool = False) -> dict[str, float] | None:
@@ -462,7 +593,7 @@ class _Trainer:
             sets.append((self.gallery_ds, cfg["dataset"]["gallery_split"], GALLERY_FILE, BEST_GALLERY_FILE))
         embedded = [compute_embeddings(self.model, ds, batch_size=cfg["dataset"]["eval_batch_size"],
                                        device=self.device, num_workers=cfg["num_workers"], amp_dtype=self.amp_dtype,
-                                       progress=self.progress, desc=f"eval {split} epoch {epoch}")
+                                       progress=self.progress, desc=f"eval {split} epoch {epoch}", on_device=True)
                     for ds, split, _, _ in sets]
         (emb, labels, _), gallery = embedded[0], embedded[1][:2] if len(embedded) > 1 else None
         metrics = embedding_metrics(emb, labels, cfg, gallery)
@@ -499,7 +630,7 @@ class _Trainer:
 
     def _proxy_metrics(self) -> dict[str, float]:
         """W₂ (PFML Table 3) and AvgDTP (RSW Table III) of the final proxies against the training split,
-        embedded with the eval transform (specs/pfml.md §4.4, rsw.md §2.2)."""
+        embedded with the eval transform (docs/readings/pfml.md#pfml-r24, RSW-R15)."""
         from dmlrepro.evaluation import avg_dtp, proxy_data_w2
         from dmlrepro.losses import proxy_points
 

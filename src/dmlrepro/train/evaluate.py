@@ -21,8 +21,10 @@ BEST_VAL_MODEL_FILE = "best_val_model.pt"  # eval.select best_val (train/validat
 
 @torch.no_grad()
 def compute_embeddings(model, ds, *, batch_size: int, device: torch.device, num_workers: int = 0,
-                       amp_dtype: torch.dtype | None = None, progress: bool = False, desc: str = "embed"):
-    """Embeddings (float32 numpy), labels and manifest rows of every item of ``ds``, in order."""
+                       amp_dtype: torch.dtype | None = None, progress: bool = False, desc: str = "embed",
+                       on_device: bool = False):
+    """Embeddings (float32 numpy; with ``on_device`` a float32 tensor left on ``device``, for the
+    metrics to search there), labels and manifest rows of every item of ``ds``, in order."""
     from tqdm import tqdm
 
     from .data import loader_generator, worker_init
@@ -36,29 +38,60 @@ def compute_embeddings(model, ds, *, batch_size: int, device: torch.device, num_
     for x, y, _ in tqdm(loader, desc=desc, disable=not progress, leave=False, dynamic_ncols=True):
         with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
             z = model(x.to(device, non_blocking=True))
-        out.append(z.float().cpu())
+        out.append(z.float() if on_device else z.float().cpu())
         labels.append(y)
     model.train(was_training)
-    emb = torch.cat(out).numpy().astype(np.float32, copy=False)
+    emb = torch.cat(out) if on_device else torch.cat(out).numpy().astype(np.float32, copy=False)
     return emb, torch.cat(labels).numpy(), np.asarray(ds.rows, dtype=np.int64)
 
 
-def embedding_metrics(emb: np.ndarray, labels: np.ndarray, cfg: dict[str, Any],
+def embedding_metrics(emb: np.ndarray | torch.Tensor, labels: np.ndarray, cfg: dict[str, Any],
                       gallery: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, float] | None:
     """Retrieval metrics (+ NMI) on the given embeddings, or of the queries `emb` against
-    `gallery` = (embeddings, labels); None if any value is not finite."""
-    from dmlrepro.evaluation import nmi, retrieval_metrics, retrieval_metrics_query_gallery
+    `gallery` = (embeddings, labels); None if any value is not finite. The k-NN search runs where
+    `emb` is (a device tensor from ``compute_embeddings(on_device=True)``: that device) with the
+    backend ``speed.knn_backend`` (docs/evaluation.md#backends)."""
+    from dmlrepro.asap.normalisation import normalize_array
+    from dmlrepro.evaluation import retrieval_metrics, retrieval_metrics_query_gallery
+    from dmlrepro.evaluation.clustering import nmi_from_config
 
-    if not np.isfinite(emb).all() or (gallery is not None and not np.isfinite(gallery[0]).all()):
+    if not _all_finite(emb) or (gallery is not None and not _all_finite(gallery[0])):
         return None
     e = cfg["eval"]
+    if e.get("normalize", "none") != "none":  # ASAP §4.4: v / max(1, ‖v‖) before the distance
+        emb = normalize_array(_host(emb), e["normalize"])
+        gallery = None if gallery is None else (normalize_array(_host(gallery[0]), e["normalize"]), gallery[1])
     if gallery is None:
-        metrics = dict(retrieval_metrics(emb, labels, ks=tuple(e["ks"]), distance=e["distance"]))
+        metrics = dict(retrieval_metrics(emb, labels, ks=tuple(e["ks"]), distance=e["distance"],
+                                         backend=knn_backend(cfg)))
     else:
-        metrics = dict(retrieval_metrics_query_gallery(emb, labels, *gallery, ks=tuple(e["ks"]), distance=e["distance"]))
+        metrics = dict(retrieval_metrics_query_gallery(emb, labels, *gallery, ks=tuple(e["ks"]), distance=e["distance"],
+                                                       backend=knn_backend(cfg)))
     if e["nmi"]:
-        metrics["nmi"] = float(nmi(emb, labels, seed=cfg["seed"]))
+        metrics["nmi"] = float(nmi_from_config(emb, labels, e["nmi"], seed=cfg["seed"]))
     return metrics
+
+
+def knn_backend(cfg: dict[str, Any]) -> str:
+    """The run's k-NN backend (runtime key ``speed.knn_backend``; "auto" for configs without it)."""
+    return (cfg.get("speed") or {}).get("knn_backend", "auto")
+
+
+def metrics_device(cfg: dict[str, Any]) -> torch.device:
+    """Where saved embeddings are searched: the run's device, or the CPU where it has no GPU (the
+    metrics are the same on every device, docs/evaluation.md#backends)."""
+    name = cfg.get("device", "auto")
+    if name == "auto" or (str(name).startswith("cuda") and not torch.cuda.is_available()):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _all_finite(x) -> bool:
+    return bool(torch.isfinite(x).all()) if torch.is_tensor(x) else bool(np.isfinite(x).all())
+
+
+def _host(x):
+    return x.detach().cpu().numpy() if torch.is_tensor(x) else x
 
 
 #: the seed of every corruption's per-image draw: the same corrupted test images for every run
@@ -83,7 +116,7 @@ def corruption_metrics(model, cfg: dict[str, Any], manifest, *, device: torch.de
         ds = build_test_corrupted(cfg["dataset"], manifest, model, corruption)
         emb, labels, _ = compute_embeddings(model, ds, batch_size=cfg["dataset"]["eval_batch_size"], device=device,
                                             num_workers=cfg["num_workers"], amp_dtype=amp_dtype, progress=progress,
-                                            desc=f"eval test, {corruption_suffix(item)}")
+                                            desc=f"eval test, {corruption_suffix(item)}", on_device=True)
         metrics = embedding_metrics(emb, labels, cfg)
         suffix = corruption_suffix(item)
         for name in (names + (["nmi"] if cfg["eval"]["nmi"] else [])) if metrics is None else metrics:
@@ -99,7 +132,9 @@ def final_metrics(outdir: Path, cfg: dict[str, Any], extra: dict[str, Any]) -> d
     e = cfg["eval"]
     gallery = outdir / GALLERY_FILE if cfg["dataset"]["gallery_split"] else None
     res = evaluate_embeddings_file(outdir / EMBEDDINGS_FILE, None, ks=tuple(e["ks"]), distance=e["distance"],
-                                   nmi=e["nmi"], nmi_seed=cfg["seed"], gallery_path=gallery)
+                                   nmi=e["nmi"], nmi_seed=cfg["seed"], gallery_path=gallery,
+                                   device=metrics_device(cfg), backend=knn_backend(cfg),
+                                   normalize=e.get("normalize", "none"))
     res.update(extra)
     write_json_atomic(outdir / "metrics.json", res)
     return res

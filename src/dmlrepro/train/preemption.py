@@ -1,4 +1,5 @@
-"""Preemption signals: SIGTERM / SIGUSR1 ask the run to stop at the next step boundary.
+"""Preemption signals: SIGTERM / SIGUSR1 / SIGUSR2 ask the run to stop at the next step boundary
+(SIGUSR2 is submitit's preemption and timeout signal; ``dmlrepro launch`` then requeues the job).
 
 The handler only sets a flag; the engine finishes the current optimizer step, writes a
 mid-epoch checkpoint and raises :class:`RunInterrupted`; the CLI turns that into exit code
@@ -7,7 +8,8 @@ resumes from the checkpoint.
 
 Test-only hooks (environment variables, read by the engine): ``DMLREPRO_TEST_KILL_AFTER_STEPS=k``
 SIGKILLs the process right after its k-th optimizer step, ``DMLREPRO_TEST_SIGNAL_AFTER_STEPS=k``
-sends it SIGTERM then (counted per process, so a resumed run counts from 0 again).
+sends it SIGTERM then, or the signal named by ``DMLREPRO_TEST_SIGNAL=USR2`` (counted per process,
+so a resumed run counts from 0 again).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import signal
 import threading
 
 EXIT_INTERRUPTED = 75
-SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 ENV_KILL_AFTER = "DMLREPRO_TEST_KILL_AFTER_STEPS"
 ENV_SIGNAL_AFTER = "DMLREPRO_TEST_SIGNAL_AFTER_STEPS"
+ENV_SIGNAL = "DMLREPRO_TEST_SIGNAL"
 
 
 class RunInterrupted(Exception):
@@ -64,4 +67,4 @@ class StopFlag:
         if self._kill_after and self._steps == self._kill_after:
             os.kill(os.getpid(), signal.SIGKILL)
         if self._signal_after and self._steps == self._signal_after:
-            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), getattr(signal, "SIG" + os.environ.get(ENV_SIGNAL, "TERM")))

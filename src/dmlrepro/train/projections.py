@@ -1,16 +1,16 @@
-"""ASAP's alternating projections inside the training engine (asap.md §1.6; paper Alg. 1, Alg. 2).
+"""ASAP's alternating projections inside the training engine (paper Alg. 1, Alg. 2; docs/readings/asap.md).
 
 :class:`Projections` holds what ASAP adds to an ordinary proxy-loss run:
 
-* the first proxies: GreedyKCenterProxy(ρ*, b, f(·; θ)) from P random samples per class (A1);
+* the first proxies: GreedyKCenterProxy(ρ*, b, f(·; θ)) from P random samples per class (ASAP-R1);
 * the proximal term λ_eff(θ − θ*) added to the network's gradients after every backward pass
-  (:class:`dmlrepro.asap.ProximalRegularizer`; 0 in the first projection, A3);
+  (:class:`dmlrepro.asap.ProximalRegularizer`; 0 in the first projection, ASAP-R3);
 * at every alternation decided by the validation schedule (:mod:`.validation`): θ* ← θ_bp (the
-  best-in-projection weights, A4), ρ ← GreedyKCenterProxy(ρ_bp, b, f(·; θ*)), λ_eff ← λ, and the
-  optimiser's moments reset only with ``asap.reset_optimizer`` (A5). The live θ continues.
+  best-in-projection weights, ASAP-R4), ρ ← GreedyKCenterProxy(ρ_bp, b, f(·; θ*)), λ_eff ← λ, and the
+  optimiser's moments reset only with ``asap.reset_optimizer`` (ASAP-R5). The live θ continues.
 
 k-Center pools are embedded with BN in inference mode, with the train augmentation
-(``asap.pool_augment``, A6), each pool image under its own seed drawn from (run seed,
+(``asap.pool_augment``, ASAP-R6), each pool image under its own seed drawn from (run seed,
 alternation): pools and picks are a pure function of the run, so a resumed run picks the same
 proxies. Everything is in :meth:`state_dict` (checkpoints).
 
@@ -55,7 +55,7 @@ class Projections:
         self.names = [n for n, p in model.named_parameters() if p.requires_grad]
         self.reg = ProximalRegularizer([p for p in model.parameters() if p.requires_grad], lam=0.0,
                                        exclude=loss.parameters())
-        self.best_model: dict[str, torch.Tensor] | None = None  # θ_bp (A4 "best")
+        self.best_model: dict[str, torch.Tensor] | None = None  # θ_bp (ASAP-R4 "best")
         self.best_proxies: torch.Tensor | None = None  # ρ_bp
         self.best_val: dict[str, np.ndarray] | None = None  # validation embeddings at θ_bp (Fig. 7)
         self.selections = 0  # k-Center selections so far (0 = the initial one still to do)
@@ -90,7 +90,7 @@ class Projections:
 
             items = SeededDataset(ds)
             was = t.model.training
-            t.model.eval()  # BN in inference mode (A6)
+            t.model.eval()  # BN in inference mode (ASAP-R6)
             out = []
             try:
                 idx = indices.tolist()

@@ -70,5 +70,18 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
     p = state["python"]
     random.setstate((p["version"], tuple(p["state"]), p["gauss"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    restore_cuda_rng(state.get("cuda"))
+
+
+def restore_cuda_rng(saved: list[torch.Tensor] | None) -> None:
+    """The saved CUDA generator states of the devices visible now: a checkpoint of a process that
+    saw more GPUs restores the first ones (this engine trains on one), one that saw fewer or none
+    (a CPU run) leaves the others as seeded by :func:`seed_everything`."""
+    if not saved or not torch.cuda.is_available():
+        return
+    n = min(len(saved), torch.cuda.device_count())
+    if n < len(saved):
+        print(f"dmlrepro train: checkpoint has CUDA RNG states of {len(saved)} GPUs, {n} visible: "
+              f"restoring the first {n}", flush=True)
+    for i in range(n):
+        torch.cuda.set_rng_state(saved[i], i)

@@ -1,14 +1,14 @@
 """Validation on held-out training classes: early stopping, best-validation model, ASAP's schedule.
 
 With ``validation.split`` (fold k of n class-disjoint folds of the training classes, MLRC /
-ASAP protocol, asap.md §2.5 and §3.2; or RSW's 50/50 holdout) the engine trains on the other
+ASAP protocol, ASAP-R7 and ASAP-R33; or RSW's 50/50 holdout) the engine trains on the other
 training classes and, after every epoch, embeds the validation classes (eval transform) and
 feeds ``validation.metric`` (MAP@R by default) to an :class:`dmlrepro.asap.AlternationSchedule`:
 
 * a new global best saves the model to ``checkpoints/best_val_model.pt`` ("recover the
   parameters with the best validation performance"; ``eval.select: best_val`` evaluates it on
   the test split at the end);
-* ``validation.patience`` evaluations without improvement stop the run (A7: in evaluations);
+* ``validation.patience`` evaluations without improvement stop the run (ASAP-R7: in evaluations);
   with ``followup.trigger: plateau`` the first time they do, the run instead goes on in phase 2
   (RSW App. D, :meth:`Validation.start_followup`) and the count starts again;
 * with ``asap.enabled`` the same schedule decides the alternations (:mod:`.projections`).
@@ -17,7 +17,7 @@ For ASAP one epoch is one evaluation interval E: set ``steps_per_epoch: E`` (25 
 SOP/In-Shop) and ``epochs`` to a cap on the number of evaluations.
 
 Every evaluation, projection and alternation is logged in ``<run>/validation_log.json``
-(asap.md §6 "Minimum logging"); ``steps`` there are optimizer steps.
+(ASAP Figs. 4(b) and 7 read them); ``steps`` there are optimizer steps.
 """
 
 from __future__ import annotations

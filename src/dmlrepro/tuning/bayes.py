@@ -3,7 +3,7 @@
 One trial = one point of the search space = one training run per cross-validation fold; its value
 is the mean over the folds of each run's best validation metric (``validation_log.json``, the
 highest ``map_r`` among its evaluations). This is ASAP Fig. 2 (a GP surrogate over λ × proxies per
-class, C2-ASAP on CUB, asap.md §6 PT-4) and the metric-learning reality check's protocol (Musgrave
+class, C2-ASAP on CUB, ASAP-R27) and the metric-learning reality check's protocol (Musgrave
 et al. 2020: 50 BO iterations per loss, validation MAP@R averaged over 4 class-disjoint folds).
 
     space = parse_space({"asap.lam": {"type": "float", "low": 1e-6, "high": 1.0, "log": True, "zero": True},

@@ -1,0 +1,48 @@
+"""Links from a report section to the readings its runs depend on.
+
+A reading is an entry of docs/readings/<page>.md marked by an explicit anchor line
+`<a id="pfml-r7"></a>` directly above its heading `### PFML-R7 — <title>`. An experiment lists the
+anchors it depends on in `report.readings`; the report links each one, relative to the folder of
+the rendered index.html, so the links work wherever the results folder lies on the same machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+#: anchor prefix -> page of docs/readings
+PAGES = {"pfml": "pfml.md", "rsw": "rsw.md", "asap": "asap.md", "proto": "protocols.md"}
+ANCHOR = re.compile(r"^(pfml|rsw|asap|proto)-r[1-9][0-9]*$")
+_ENTRY = re.compile(r'<a id="([a-z]+-r[0-9]+)"></a>\s*\n#+\s*(.+)')
+
+
+def readings_dir_of(repository: str | os.PathLike) -> Path:
+    """docs/readings of a repository (the workflow's base directory)."""
+    return Path(repository) / "docs" / "readings"
+
+
+def page_anchors(page: str | os.PathLike) -> dict[str, str]:
+    """anchor id -> its heading text, for every anchored entry of one readings page."""
+    return {m.group(1): m.group(2).strip() for m in _ENTRY.finditer(Path(page).read_text(encoding="utf-8"))}
+
+
+def reading_links(ids: Iterable[str], readings_dir: str | os.PathLike, from_dir: str | os.PathLike,
+                  where: str = "report.readings") -> list[dict[str, str]]:
+    """One {id, title, href} per anchor id; `href` is relative to `from_dir` (the report's folder).
+
+    ValueError (naming `where`) for an id that is not of the form page-rN or not an anchor of its page."""
+    readings_dir, links, pages = Path(readings_dir).resolve(), [], {}
+    for anchor in ids:
+        if not isinstance(anchor, str) or not ANCHOR.match(anchor):
+            raise ValueError(f"{where}: {anchor!r} is not a reading id like 'pfml-r7' ({', '.join(PAGES)})")
+        page = readings_dir / PAGES[anchor.split("-")[0]]
+        if page not in pages:
+            pages[page] = page_anchors(page) if page.is_file() else {}
+        if anchor not in pages[page]:
+            raise ValueError(f"{where}: {anchor!r} is not an anchor of {page}")
+        href = Path(os.path.relpath(page, Path(from_dir).resolve())).as_posix()
+        links.append({"id": anchor.upper(), "title": pages[page][anchor], "href": f"{href}#{anchor}"})
+    return links
