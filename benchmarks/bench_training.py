@@ -50,6 +50,7 @@ from dmlrepro.runs import deep_merge
 from dmlrepro.train import resolve_device, resolve_run_config
 from dmlrepro.train.data import SeededDataset, loader_generator, worker_init
 from dmlrepro.train.engine import _Trainer
+from dmlrepro.train.runtime import available_cpus, resolve_runtime
 from dmlrepro.train.seeding import DeterminismGuard
 
 PAPER_CONFIG = Path(__file__).resolve().parents[1] / "config" / "paper.yaml"
@@ -120,7 +121,8 @@ def run_config(args, method: str, proxies_per_class: int | None, root: Path) -> 
         partial = deep_merge(partial, {"amp": {"enabled": args.amp}})
     if proxies_per_class is not None:
         partial = deep_merge(partial, {"loss": {"hparams": {"proxies_per_class": proxies_per_class}}})
-    return resolve_run_config(partial)
+    # num_workers / threads / deterministic made concrete for this process, as dmlrepro train does
+    return resolve_runtime(resolve_run_config(partial), resolve_device(args.device))
 
 
 def build_trainer(cfg: dict, outdir: Path) -> _Trainer:
@@ -299,6 +301,10 @@ def table(cases: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _workers(text: str) -> int | str:
+    return "auto" if text == "auto" else int(text)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
@@ -307,8 +313,9 @@ def parse_args(argv):
     p.add_argument("--batch-size", type=int, default=100, help="default 100 (paper, ResNet-50)")
     p.add_argument("--steps", type=int, default=50, help="timed steps of the throughput cases (default 50)")
     p.add_argument("--warmup-steps", type=int, default=5, help="untimed steps before each case (default 5)")
-    p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
-                   help="DataLoader workers (default min(8, CPUs); the paper config uses 8)")
+    p.add_argument("--workers", type=_workers, default=min(8, os.cpu_count() or 1),
+                   help="DataLoader workers, or 'auto' as the engine resolves num_workers: auto (the CPUs "
+                        "this process may use less one; docs/training.md) (default min(8, CPUs))")
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
                    help="AMP (bfloat16); default: the engine's auto = on with CUDA")
     p.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=True,
@@ -338,7 +345,7 @@ def main(argv=None) -> dict:
     root = Path(args.data_root) if args.data_root else tmp / "data"
     try:
         t0 = time.perf_counter()
-        make_dataset(root, args.images, *args.jpeg_size, workers=max(1, min(args.workers, os.cpu_count() or 1)))
+        make_dataset(root, args.images, *args.jpeg_size, workers=max(1, min(available_cpus() if args.workers == "auto" else args.workers, os.cpu_count() or 1)))
         gen_s = time.perf_counter() - t0
         cases = []
         if "pipeline" in args.cases:
