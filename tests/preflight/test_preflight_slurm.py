@@ -14,15 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from ..conftest import require
-from ..integration.test_slurm import _slurm_problem
+from ..integration.test_slurm import POLL, _slurm_problem, cancel_leftovers, slurm_jobs, write_config
 
 REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 SLOW_STEPS = REPO / "tests/integration/slow_steps"  # sitecustomize: DMLREPRO_TEST_STEP_SECONDS
-POLL = ("--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2")
 TINY = {
     "data_root": "data",
     "results": "results",
@@ -49,29 +47,14 @@ def slurm_cluster():
 
 
 def through_slurm(workdir: Path, config: dict, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    path = workdir / "config.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    """The workflow through the SLURM profile; its exit status is the caller's to check."""
+    path = write_config(workdir / "config.yaml", config)
     try:
         return subprocess.run([str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
                                "--configfile", str(path), "--profile", str(REPO / "slurm"), *POLL, *args],
                               capture_output=True, text=True, timeout=600, env=env)
     finally:
-        for job in slurm_jobs(workdir):
-            if job.get("JobState") in ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING"):
-                subprocess.run(["scancel", job["JobId"]], capture_output=True)
-
-
-def slurm_jobs(workdir: Path) -> list[dict[str, str]]:
-    """Every job SLURM still knows that ran in `workdir`, oldest first."""
-    listing = subprocess.run(["squeue", "--states=all", "-h", "-o", "%i"], capture_output=True, text=True,
-                             check=True).stdout.split()
-    jobs = []
-    for job_id in sorted(listing, key=int):
-        shown = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
-        fields = dict(re.findall(r"(\w+)=(\S*)", shown))
-        if fields.get("WorkDir") == str(workdir):
-            jobs.append({**fields, "raw": shown})
-    return jobs
+        cancel_leftovers(workdir)
 
 
 def test_preflight_target_is_one_gpu_job_writing_json_and_table(tmp_path):
