@@ -48,7 +48,6 @@ import yaml
 from dmlrepro.data.manifest import MANIFEST_NAME, write_manifest
 from dmlrepro.runs import deep_merge
 from dmlrepro.train import resolve_device, resolve_run_config
-from dmlrepro.train.data import SeededDataset, loader_generator, worker_init
 from dmlrepro.train.engine import _Trainer
 from dmlrepro.train.runtime import available_cpus, resolve_runtime
 from dmlrepro.train.seeding import DeterminismGuard
@@ -134,20 +133,10 @@ def build_trainer(cfg: dict, outdir: Path) -> _Trainer:
     return trainer
 
 
-def epoch_loader(trainer: _Trainer, epoch: int):
-    """The DataLoader of one epoch, built as ``_Trainer._train_epoch`` builds it."""
-    cfg, nw = trainer.cfg, trainer.cfg["num_workers"]
-    trainer.sampler.set_epoch(epoch)
-    return torch.utils.data.DataLoader(
-        SeededDataset(trainer.train_ds), batch_sampler=trainer.sampler, num_workers=nw,
-        worker_init_fn=worker_init if nw else None, generator=loader_generator(cfg["seed"], epoch, 1),
-        pin_memory=trainer.device.type == "cuda")
-
-
 def real_batches(trainer: _Trainer):
     epoch = 1
     while True:
-        for x, y, _ in epoch_loader(trainer, epoch):
+        for x, y, _ in trainer.epoch_loader(epoch):
             yield x, y
         epoch += 1
 
@@ -267,7 +256,7 @@ def bench_epoch(args, root: Path, tmp: Path, method: str, m: int | None) -> dict
         for _ in range(args.warmup_steps):  # kernels, cuDNN, PFML's first neighbour-list build
             step(trainer, x, y, bad)
         sync(device)
-        loader = epoch_loader(trainer, 1)
+        loader = trainer.epoch_loader(1)
         t0 = time.perf_counter()  # as the engine: after building the loader, workers start inside
         steps = images = 0
         for xb, yb, _ in loader:

@@ -138,25 +138,13 @@ def build_trainer(cfg: dict[str, Any], outdir: Path):
     return trainer, lrs
 
 
-def epoch_loader(trainer, epoch: int):
-    """The training DataLoader of one epoch, as ``_Trainer._train_epoch`` builds it."""
-    from dmlrepro.train.data import SeededDataset, loader_generator, worker_init
-
-    cfg, workers = trainer.cfg, trainer.cfg["num_workers"]
-    trainer.sampler.set_epoch(epoch)
-    return torch.utils.data.DataLoader(
-        SeededDataset(trainer.train_ds), batch_sampler=trainer.sampler, num_workers=workers,
-        worker_init_fn=worker_init if workers else None, generator=loader_generator(cfg["seed"], epoch, 1),
-        pin_memory=trainer.device.type == "cuda")
-
-
 def load_batches(trainer, steps: int) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], float]:
     """(the first ``steps`` batches, images per second of the loader over at least ``steps + 1``
     and ``2 × workers`` batches, start-up included)."""
     wanted = min(max(steps + 1, 2 * trainer.cfg["num_workers"]), trainer.sampler.num_batches())
     kept, images = [], 0
     start = time.perf_counter()
-    for i, (x, y, _) in enumerate(epoch_loader(trainer, trainer.pos["epoch"])):
+    for i, (x, y, _) in enumerate(trainer.epoch_loader(trainer.pos["epoch"])):
         images += len(x)
         if i < steps:
             kept.append((x, y))

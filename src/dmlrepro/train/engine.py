@@ -427,6 +427,16 @@ class _Trainer:
         apply_trainability(cfg, self.model, self.loss, epoch)
         return {g["name"]: g["lr"] for g in self.optimizer.param_groups}
 
+    def epoch_loader(self, epoch: int, start_batch: int = 0) -> torch.utils.data.DataLoader:
+        """The training DataLoader of ``epoch`` from batch ``start_batch`` (the preflight and
+        benchmarks/bench_training.py build theirs here too)."""
+        self.sampler.set_epoch(epoch, start_batch)
+        nw = self.cfg["num_workers"]
+        return torch.utils.data.DataLoader(
+            SeededDataset(self.train_ds), batch_sampler=self.sampler, num_workers=nw,
+            worker_init_fn=worker_init if nw else None, generator=loader_generator(self.cfg["seed"], epoch, 1),
+            pin_memory=self.device.type == "cuda")
+
     def _train_epoch(self, epoch: int) -> dict[str, Any] | None:
         from tqdm import tqdm
 
@@ -434,12 +444,7 @@ class _Trainer:
         lrs = self._apply_epoch_settings(epoch)
         self.model.train()
         self.loss.train()
-        self.sampler.set_epoch(epoch, pos["batch"])
-        nw = cfg["num_workers"]
-        loader = torch.utils.data.DataLoader(
-            SeededDataset(self.train_ds), batch_sampler=self.sampler, num_workers=nw,
-            worker_init_fn=worker_init if nw else None, generator=loader_generator(cfg["seed"], epoch, 1),
-            pin_memory=self.device.type == "cuda")
+        loader = self.epoch_loader(epoch, pos["batch"])
         t0 = time.perf_counter()
         bar = tqdm(loader, total=self.sampler.num_batches(), initial=pos["batch"], disable=not self.progress,
                    desc=f"epoch {epoch}/{cfg['epochs']}", leave=False, dynamic_ncols=True)
