@@ -16,7 +16,7 @@ resolved config it changes.
 
 from __future__ import annotations
 
-import copy
+import argparse
 import hashlib
 import itertools
 import json
@@ -25,11 +25,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dmlrepro.train.config import RUNTIME_KEYS, resolve_run_config, without_late_defaults
+import yaml
 
-# (section, key) pairs that do not change a run's numbers: left out of its identity
-LOCATION_KEYS = RUNTIME_KEYS
+from dmlrepro.nested import canonical, deep_merge, dotted
+from dmlrepro.train.config import config_identity, resolve_run_config, without_late_defaults
+
 HASH_LENGTH = 10
+#: a training job's built-in requests to the scheduler, under resources.train.default / <dataset>
+TRAIN_REQUEST_DEFAULTS = {"runtime": 60, "mem_mb": 4000, "gpu": 0, "cpus": 1}
 
 
 class ExperimentError(ValueError):
@@ -54,53 +57,41 @@ def job_runtime(data_root: str, threads: int, cache_images: bool = False) -> dic
     return {"dataset": {"root": data_root, "prepare": True, "cache_images": cache_images}, "threads": threads}
 
 
-def deep_merge(base: Mapping, override: Mapping) -> dict:
-    """A copy of `base` with `override` merged in (mappings recursively, everything else replaced)."""
-    merged = copy.deepcopy(dict(base))
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
+def check_train_requests(config: Mapping[str, Any]) -> None:
+    """resources.train names only `default` and datasets of the config."""
+    requests = (config.get("resources") or {}).get("train") or {}
+    unknown = sorted(set(requests) - {"default"} - set(config["datasets"]))
+    if unknown:
+        raise ValueError(f"config resources.train.{unknown[0]}: expected 'default' or a key of datasets "
+                         f"({', '.join(sorted(config['datasets']))})")
+
+
+def train_request(config: Mapping[str, Any], dataset: str, search: Mapping[str, Any] | None = None) -> dict:
+    """A training job's requests to the scheduler (runtime in minutes, mem_mb, gpu, cpus: the job's
+    threads, warning: seconds of notice before the time limit): resources.train.<dataset> over
+    resources.train.default over TRAIN_REQUEST_DEFAULTS. A search job (`search`: its `search:`
+    block) trains trials × folds runs one after the other: its runtime is that many times longer."""
+    requests = (config.get("resources") or {}).get("train") or {}
+    merged = {**TRAIN_REQUEST_DEFAULTS, **(requests.get("default") or {}), **(requests.get(dataset) or {})}
+    if search is not None:
+        merged["runtime"] *= search["trials"] * len(search.get("folds") or [None])
     return merged
 
 
-def dotted(path: str, value: Any) -> dict:
-    """"loss.hparams.alpha", 4 -> {"loss": {"hparams": {"alpha": 4}}}."""
-    for key in reversed(path.split(".")):
-        value = {key: value}
-    return value
-
-
-def dotted_get(config: Mapping, path: str) -> Any:
-    """The value at "loss.hparams.alpha" in a nested config (None where a level is missing)."""
-    for key in path.split("."):
-        if not isinstance(config, Mapping) or key not in config:
-            return None
-        config = config[key]
-    return config
-
-
-def canonical(value: Any) -> Any:
-    """`value` with every mapping's keys sorted, so that equal configs also print equal (Snakemake
-    compares rule params by their text: key order must not trigger a rerun)."""
-    if isinstance(value, Mapping):
-        return {key: canonical(value[key]) for key in sorted(value)}
-    if isinstance(value, (list, tuple)):
-        return [canonical(item) for item in value]
-    return value
-
-
-def run_identity(resolved: Mapping[str, Any]) -> dict:
-    identity = without_late_defaults(resolved)  # keys added later, at their "off" value: ids unchanged
-    for section, key in LOCATION_KEYS:
-        (identity.get(section, {}) if section else identity).pop(key, None)
-    return identity
+def slurm_signal(request: Mapping[str, Any], dataset: str) -> str:
+    """sbatch's --signal for a training job's `request` (train_request): SIGTERM to every process of
+    the job `warning` seconds (default: min(300, 15 s per minute of runtime)) before its time limit;
+    the run checkpoints after its current step and exits, and the profile's retries resume it."""
+    warning = request.get("warning", min(300, request["runtime"] * 15))
+    if warning >= request["runtime"] * 60:
+        raise ValueError(f"config resources.train ({dataset}): warning = {warning} s: expected less than "
+                         f"runtime = {request['runtime']} min")
+    return f"--signal=TERM@{warning}" if warning else ""
 
 
 def config_hash(resolved: Mapping[str, Any]) -> str:
-    canonical = json.dumps(run_identity(resolved), sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:HASH_LENGTH]
+    text = json.dumps(config_identity(resolved), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:HASH_LENGTH]
 
 
 def _slug(value: Any) -> str:
@@ -127,105 +118,18 @@ def _section(config: Mapping, name: str, key: str, where: str) -> Mapping:
 
 def resolve_runs(config: Mapping[str, Any], experiments: list[str] | None = None) -> dict[str, Run]:
     """Every run of the named experiments (default: the active ones), keyed by run id, deduplicated.
-    Search experiments (`search:`, trained inside their search) have no runs here: search_runs."""
+    Search experiments (`search:`, trained inside their search) have no runs here:
+    dmlrepro.tuning.searches.search_runs."""
     runs: dict[str, Run] = {}
-    for name, position, run in _experiment_points(config, experiments):
+    for name, position, run in experiment_points(config, experiments):
         if "search" not in config["experiments"][name]:
-            _add(runs, name, position, run)
+            add_run(runs, name, position, run)
     return runs
 
 
-def search_runs(config: Mapping[str, Any], experiments: list[str] | None = None) -> dict[str, Run]:
-    """The searches of the search experiments (`search:`; dmlrepro.tuning searches keys of a base run
-    config): one per method × dataset × seed × sweep point, keyed by search id = the base run's id
-    with a hash of the search spec appended (a changed spec is a new search, as a changed
-    hyperparameter is a new run)."""
-    from dmlrepro.tuning.bayes import parse_space
-
-    runs: dict[str, Run] = {}
-    for name, position, run in _experiment_points(config, experiments):
-        if config["experiments"][name].get("search") is not None:
-            spec = method_search_spec(config["experiments"][name]["search"], run.method)
-            try:
-                params = parse_space(spec["space"])
-            except ValueError as error:
-                raise ExperimentError(f"experiments.{name}.search.space (method {run.method}): {error}") from error
-            run.run_id = f"{run.run_id}-{hashlib.sha256(json.dumps(canonical(spec), sort_keys=True).encode()).hexdigest()[:6]}"
-            _add(runs, name, position, run)
-            if config["experiments"][name].get("final"):  # a bad final stage fails now, not after the search
-                probe = runs[run.run_id]
-                followup = probe.config["followup"]  # a plateau-triggered followup: 0 = no cap; stand in 1 epoch
-                final_runs(config, name, probe, {p.key: p.example() for p in params},
-                           {"epochs": probe.config["epochs"], "followup_epochs": followup["epochs"]
-                            or int(followup.get("trigger") == "plateau")})
-    return runs
-
-
-def method_search_spec(spec: Mapping[str, Any], method: str) -> dict:
-    """The `search:` block one method's searches run: `space` with the method's own keys from
-    `method_space.<method>` added (per-loss hyperparameters, RSW App. D), `method_space` dropped.
-    A search id hashes this, so editing one method's space leaves the other methods' searches alone."""
-    spec = dict(spec)
-    own = (spec.pop("method_space", None) or {}).get(method) or {}
-    return {**spec, "space": {**(spec.get("space") or {}), **own}}
-
-
-#: the sweep key that marks a "Complete" run of an experiment's `final:` stage (RSW App. D-B)
-COMPLETE_KEY = "complete"
-
-
-def final_runs(config: Mapping[str, Any], experiment: str, search: Run, best_params: Mapping[str, Any],
-               complete_epochs: Mapping[str, int] | None = None) -> dict[str, Run]:
-    """The final stage of a search experiment (`final:`; RSW App. D, the metric-learning reality
-    check): the search's best point trained again, on its base run config, as
-
-    * fold runs: every `final.seeds` seed × every `search.folds` fold (or one run per seed when the
-      search has no folds), sweep point {<search's point>, validation.fold: k}: the MLRC blocks
-      "Aggregate (128-dim)" and "Ensemble (512-dim)";
-    * with `final.complete` (run-config overrides, e.g. embedding 512, no validation split) and
-      `complete_epochs` ({epochs, followup_epochs} from :func:`observed_epochs`), one "Complete"
-      run per seed, sweep point {<search's point>, complete: True}. Its followup phase is the last
-      `followup_epochs` epochs (``followup.trigger: epochs``) also when the fold runs switched on a
-      validation plateau (``trigger: plateau``): a Complete run has no validation split. When no fold
-      run reached phase 2 (0 observed epochs, e.g. all stopped early), it has none, nor ``followup.loss``.
-
-    Each is an ordinary content-addressed run (its id hashes its resolved config)."""
-    from dmlrepro.tuning.bayes import nested
-
-    exp = config["experiments"][experiment]
-    spec, folds = exp["final"], exp["search"].get("folds")
-    point = search.experiments[experiment]
-    tuned = deep_merge(search.config, nested(best_params))
-    variants = [({**point, "validation.fold": fold}, {"validation": {"fold": fold}}) for fold in folds] if folds \
-        else [(dict(point), {})]
-    plateau = (tuned.get("followup") or {}).get("trigger") == "plateau"
-    if spec.get("complete") is not None and complete_epochs is not None:
-        epochs = {"epochs": complete_epochs["epochs"]}
-        if tuned.get("followup", {}).get("epochs") or plateau:
-            epochs["followup"] = {"epochs": complete_epochs["followup_epochs"]}
-        if plateau:  # RSW App. D-B: fixed epochs per phase, as observed (no validation split to plateau on)
-            epochs["followup"]["trigger"] = "epochs"
-        variants.append(({**point, COMPLETE_KEY: True}, deep_merge(spec["complete"], epochs)))
-    runs: dict[str, Run] = {}
-    position = 0
-    for seed in spec.get("seeds", [0]):
-        for sweep, override in variants:
-            partial = deep_merge(deep_merge(tuned, override), {"seed": seed})
-            if sweep.get(COMPLETE_KEY) and not partial.get("followup", {}).get("epochs", 0):
-                partial.setdefault("followup", {})["loss"] = {}  # no fold run reached phase 2: the Complete run has none
-            try:
-                resolved = without_late_defaults(resolve_run_config(partial))
-            except ValueError as error:
-                raise ExperimentError(f"experiments.{experiment}.final (method {search.method}, dataset "
-                                      f"{search.dataset}, seed {seed}, {sweep}): {error}") from error
-            run = Run(run_id_for(search.method, search.dataset, resolved), search.method, search.dataset, seed,
-                      resolved, {experiment: sweep})
-            _add(runs, experiment, search.position[experiment] * 10_000 + position, run)
-            position += 1
-    return runs
-
-
-def _add(runs: dict[str, Run], name: str, position: int, run: Run) -> None:
+def add_run(runs: dict[str, Run], name: str, position: int, run: Run) -> None:
+    """Put `run` into `runs` as experiment `name`'s run at `position` (a run another experiment
+    already has keeps both experiments)."""
     point = run.experiments.pop(name)
     run = runs.setdefault(run.run_id, run)
     run.experiments[name], run.position[name] = point, position
@@ -243,7 +147,7 @@ def active_experiments(config: Mapping[str, Any]) -> list[str]:
     return [name for name, exp in all_experiments.items() if not (exp or {}).get("opt_in") or name in chosen]
 
 
-def _experiment_points(config: Mapping[str, Any], experiments: list[str] | None):
+def experiment_points(config: Mapping[str, Any], experiments: list[str] | None):
     """(experiment, position, Run) for every combination of the named experiments (default: the
     active ones), in order."""
     all_experiments = config.get("experiments") or {}
@@ -299,10 +203,6 @@ def experiment_runs(runs: Mapping[str, Run], experiment: str) -> list[Run]:
 
 def main(argv: list[str] | None = None) -> int:
     """`dmlrepro runs [--config FILE] [--experiment NAME ...]`: the runs the experiments resolve to."""
-    import argparse
-
-    import yaml
-
     parser = argparse.ArgumentParser(prog="dmlrepro runs", description=main.__doc__)
     parser.add_argument("--config", default="config/config.yaml", help="workflow config (default: config/config.yaml)")
     parser.add_argument("--experiment", action="append", help="only this experiment (repeatable)")

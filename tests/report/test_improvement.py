@@ -8,7 +8,8 @@ import json
 import pandas as pd
 import pytest
 
-from dmlrepro.report.sections import build_section, check_improvement, improvement_rows
+from dmlrepro.report.section_data import check_improvement, improvement_rows
+from dmlrepro.report.sections import build_section
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 METHODS = ["c2", "c2_asap_s", "c2_asap", "ms", "ms_asap", "soft_triple"]

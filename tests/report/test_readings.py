@@ -51,7 +51,7 @@ def test_links_from_the_default_report_folder_reach_the_page_and_its_anchor():
     assert links[0]["id"] == "PFML-R1" and links[0]["title"].startswith("PFML-R1 — α = 0")
 
 
-MISSING = "pfml-r" + "999"  # built from pieces: tests/test_references.py would reject it written whole
+MISSING = "pfml-r" + "999"  # built from pieces: tests/project/test_references.py would reject it written whole
 
 
 @pytest.mark.parametrize("anchor, match", [

@@ -14,7 +14,9 @@ import torch.nn.functional as F
 
 from dmlrepro.losses import RSWLoss
 from dmlrepro.report import aggregate_runs, figures
-from dmlrepro.report.sections import blocks_as_metrics, build_section, run_curves
+from dmlrepro.report.landscapes import rsw_landscape
+from dmlrepro.report.section_data import blocks_as_metrics, run_curves
+from dmlrepro.report.sections import build_section
 
 PNG = b"\x89PNG\r\n\x1a\n"
 REPORTED = "config/reported"
@@ -49,7 +51,7 @@ def test_landscape_equals_the_printed_table3_functions(name):
     from dmlrepro.losses.rsw import RSW_FUNCTIONS
 
     proxies = np.array([[0.0, 0.0], [2.0, 0.0]])
-    got = figures.rsw_landscape(_points(), proxies, RSW_FUNCTIONS[name], scale=1.0)
+    got = rsw_landscape(_points(), proxies, RSW_FUNCTIONS[name], scale=1.0)
     for value, e in zip(got, _points()):
         t1, t2 = math.dist(e, proxies[0]), math.dist(e, proxies[1])
         assert value == pytest.approx(math.log1p(math.exp(PRINTED[name](t1, t2))), rel=1e-12)
@@ -59,7 +61,7 @@ def test_landscape_equals_the_printed_table3_functions(name):
 def test_landscape_of_the_eq7_warp_with_each_delta_reading(mode):
     hp = {"alpha": 3.0, "k1": 0.65, "k2": 1.5}
     proxies = np.array([[0.0, 0.0], [2.0, 0.0], [-1.5, 2.5]])
-    got = figures.rsw_landscape(_points(), proxies, hp, scale=2.0, delta=mode)
+    got = rsw_landscape(_points(), proxies, hp, scale=2.0, delta=mode)
     for value, e in zip(got, _points()):
         t = [math.dist(e, p) for p in proxies]
         f1 = _eq7(t[0], 0.65, 1.5, 3.0, mode)
@@ -75,7 +77,7 @@ def test_landscape_value_reading_equals_the_loss_module_per_sample():
         e = torch.tensor(_points())
         y = torch.zeros(len(e), dtype=torch.long)
         expected = F.cross_entropy(-loss.scale * loss.warped_distances(e, y), y, reduction="none").numpy()
-    got = figures.rsw_landscape(_points(), proxies, {"alpha": 3.0, "k1": 0.65, "k2": 1.5, "delta_scale": 1.3}, scale=1.7)
+    got = rsw_landscape(_points(), proxies, {"alpha": 3.0, "k1": 0.65, "k2": 1.5, "delta_scale": 1.3}, scale=1.7)
     np.testing.assert_allclose(got, expected, rtol=1e-10)
 
 

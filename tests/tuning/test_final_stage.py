@@ -1,11 +1,15 @@
-"""The final stage after a search (RSW App. D): runs.final_runs, runs.method_search_spec,
-tuning.observed_epochs."""
+"""The final stage after a search (RSW App. D): tuning.final.final_runs, tuning.searches.method_search_spec,
+tuning.observed_epochs, and tuning.final.FinalStage, the workflow's run table growing with the final
+stages while it plans (the fold runs once a search's best point is known, the Complete runs once
+their epochs are)."""
 
 import copy
 
 import pytest
 
-from dmlrepro.runs import COMPLETE_KEY, ExperimentError, experiment_runs, final_runs, search_runs
+from dmlrepro.runs import ExperimentError, experiment_runs, resolve_runs
+from dmlrepro.tuning.final import COMPLETE_KEY, FinalStage, final_runs
+from dmlrepro.tuning.searches import search_runs
 from dmlrepro.tuning import observed_epochs
 
 CONFIG = {
@@ -107,3 +111,57 @@ def test_a_bad_final_stage_fails_when_the_searches_are_planned():
     bad["defaults"]["validation"]["patience"] = 5  # the Complete runs drop the split but keep the patience
     with pytest.raises(ExperimentError, match=r"reality.final .*complete.*validation.patience"):
         search_runs(bad)
+
+
+STAGE_BEST = {"params": {"optimizer.lr": 3e-4, "loss.hparams.alpha": 6.5}}
+EPOCHS = {"epochs": 10, "followup_epochs": 5}
+
+
+def _stage(config=CONFIG):
+    runs, searches = resolve_runs(config), search_runs(config)
+    return FinalStage(config, runs, searches), runs, searches
+
+
+def test_nothing_is_planned_before_a_search_has_its_best_point():
+    stage, runs, _ = _stage()
+    asked = []
+    assert stage.experiment_runs("reality", best=lambda s: None, epochs=lambda s: asked.append(s)) == {}
+    assert runs == {} and asked == []
+
+
+def test_fold_runs_first_then_the_complete_runs_each_registered_once():
+    stage, runs, searches = _stage()
+    asked = []
+    found = stage.experiment_runs("reality", best=lambda s: STAGE_BEST, epochs=lambda s: asked.append(s.run_id))
+    assert sorted(asked) == sorted(searches)  # epochs asked per search, unknown yet: fold runs only
+    assert len(found) == 2 * 3 * 4 and set(runs) == set(found)
+    assert not any(r.experiments["reality"].get(COMPLETE_KEY) for r in runs.values())
+    found = stage.experiment_runs("reality", best=lambda s: STAGE_BEST, epochs=lambda s: EPOCHS)
+    assert len(found) == 2 * 3 * 5 and set(runs) == set(found)
+    expected = {}
+    for search in searches.values():
+        expected.update(final_runs(CONFIG, "reality", search, STAGE_BEST["params"], EPOCHS))
+    assert {i: r.config for i, r in runs.items()} == {i: r.config for i, r in expected.items()}
+
+
+def test_fold_runs_of_one_search_and_a_run_shared_with_another_experiment():
+    config = copy.deepcopy(CONFIG)
+    config["experiments"]["reality"]["final"].pop("complete")
+    stage, runs, searches = _stage(config)
+    search_id = next(iter(searches))
+    found = stage.fold_runs("reality", search_id, STAGE_BEST)
+    assert set(found) == set(final_runs(config, "reality", searches[search_id], STAGE_BEST["params"])) == set(runs)
+    # the same runs from a second experiment: one run each, in both experiments
+    other = {i: copy.deepcopy(r) for i, r in found.items()}
+    for run in other.values():
+        run.experiments, run.position = {"again": {}}, {"again": 7}
+    stage.register(other)
+    assert set(runs) == set(found)
+    assert all(set(r.experiments) == {"reality", "again"} and r.position["again"] == 7 for r in runs.values())
+
+
+def test_an_experiment_without_a_final_stage_has_no_final_runs():
+    config = copy.deepcopy(CONFIG)
+    config["experiments"]["reality"].pop("final")
+    stage, runs, _ = _stage(config)
+    assert stage.experiment_runs("reality", best=lambda s: STAGE_BEST, epochs=lambda s: EPOCHS) == {} and runs == {}

@@ -6,7 +6,9 @@ import copy
 
 import pytest
 
-from dmlrepro.runs import COMPLETE_KEY, ExperimentError, config_hash, final_runs, search_runs
+from dmlrepro.runs import ExperimentError, config_hash
+from dmlrepro.tuning.final import COMPLETE_KEY, final_runs
+from dmlrepro.tuning.searches import search_runs
 from dmlrepro.train import resolve_run_config
 from dmlrepro.tuning import observed_epochs
 

@@ -1,30 +1,30 @@
-# The run table (experiments -> content-addressed runs) and the input functions; no logic here.
+# Validates the config, reads the run table (dmlrepro.runs, dmlrepro.tuning), input functions;
+# no logic here.
 import json
 from pathlib import Path
 
 from snakemake.utils import validate
 
+from dmlrepro.nested import canonical, deep_merge
 from dmlrepro.runs import (
     active_experiments,
-    canonical,
+    check_train_requests,
     dataset_parameters,
-    deep_merge,
     experiment_runs,
-    final_runs,
-    method_search_spec,
     resolve_runs,
-    search_runs,
+    slurm_signal,
+    train_request,
 )
+from dmlrepro.tuning.final import FinalStage
+from dmlrepro.tuning.searches import method_search_spec, search_runs
 from dmlrepro.report.claims import check_claims, load_catalogue
-from dmlrepro.report.sections import check_improvement
+from dmlrepro.report.sections import check_report
 from dmlrepro.train.data import label_noise_path
 
 validate(config, "../schemas/config.schema.yaml")
-for name, experiment in config[
-    "experiments"
-].items():  # a bad report.base fails before any job
-    if (experiment.get("report") or {}).get("kind") == "improvement":
-        check_improvement(name, experiment)
+# a bad report fails before any job
+for name, experiment in config["experiments"].items():
+    check_report(name, experiment)
 # the report's Claims section (config `claims`): the catalogue's cells at this config's scale
 CLAIMS = None
 if config.get("claims"):
@@ -44,13 +44,18 @@ SEARCHES = search_runs(
 DATASET_PARAMS = dataset_parameters(
     {**RUNS, **SEARCHES}
 )  # one preparation per dataset name
+# the final stages' runs join RUNS once their searches are known (dmlrepro.tuning.final)
+FINAL = FinalStage(config, RUNS, SEARCHES)
+check_train_requests(config)
 
 
-def run_of(wildcards):
+def wildcard_run(wildcards):
+    """The run of a train job (wildcard `run`)."""
     return RUNS[wildcards.run]
 
 
-def search_of(wildcards):
+def wildcard_search(wildcards):
+    """The search of a search job (wildcard `search`)."""
     return SEARCHES[wildcards.search]
 
 
@@ -63,38 +68,20 @@ def search_spec(wildcards):
 
 
 def final_stage(experiment, wait=True):
-    """The final runs of a search experiment with `final:` (none for the others): each search's best
-    point trained again (dmlrepro.runs.final_runs), put into RUNS so that rule train finds them.
+    """The final runs of a search experiment with `final:` (none for the others), added to RUNS
+    (dmlrepro.tuning.final.FinalStage) so that the train rule finds them.
     wait: through the checkpoints search and final_epochs (input functions: Snakemake schedules
-    those first and asks again); else from what is on disk (at parse time, e.g. in a cluster job's
-    own Snakemake, where the searches it depends on have finished)."""
-    if not config["experiments"][experiment].get("final"):
-        return {}
-    runs = {}
-    for search in experiment_runs(SEARCHES, experiment):
-        best = checkpoint_json("search", "best", wait, search=search.run_id)
-        if best is None:
-            continue
-        observed = None  # no Complete runs until the fold runs' epochs are known
-        if config["experiments"][experiment]["final"].get("complete") is not None:
-            observed = checkpoint_json(
-                "final_epochs",
-                "epochs",
-                wait,
-                experiment=experiment,
-                search=search.run_id,
-            )
-        runs.update(final_runs(config, experiment, search, best["params"], observed))
-    return register(runs)
-
-
-def register(runs):
-    """Put runs into RUNS (a run another experiment also has keeps both experiments)."""
-    for run_id, run in runs.items():
-        known = RUNS.setdefault(run_id, run)
-        known.experiments.update(run.experiments)
-        known.position.update(run.position)
-    return runs
+    those first and asks again); else from what is on disk (at parse time, e.g. in a cluster
+    job's own Snakemake, where the searches it depends on have finished)."""
+    return FINAL.experiment_runs(
+        experiment,
+        best=lambda search: checkpoint_json(
+            "search", "best", wait, search=search.run_id
+        ),
+        epochs=lambda search: checkpoint_json(
+            "final_epochs", "epochs", wait, experiment=experiment, search=search.run_id
+        ),
+    )
 
 
 def checkpoint_json(rule, output, wait, **wildcards):
@@ -111,9 +98,8 @@ def checkpoint_json(rule, output, wait, **wildcards):
 
 def final_fold_logs(wildcards):
     """The train logs of a final stage's fold runs (rule final_epochs reads how long they trained)."""
-    search = SEARCHES[wildcards.search]
-    best = checkpoint_json("search", "best", True, search=search.run_id)
-    runs = register(final_runs(config, wildcards.experiment, search, best["params"]))
+    best = checkpoint_json("search", "best", True, search=wildcards.search)
+    runs = FINAL.fold_runs(wildcards.experiment, wildcards.search, best)
     return [f"{RESULTS}/runs/{run_id}/train_log.csv" for run_id in runs]
 
 
@@ -123,13 +109,17 @@ def table_runs(experiment):
     return experiment_runs(RUNS, experiment)
 
 
-def job_run(wildcards):
+def trained_run(wildcards):
     """The run a train job trains, or the base run of a search job."""
-    return search_of(wildcards) if hasattr(wildcards, "search") else run_of(wildcards)
+    return (
+        wildcard_search(wildcards)
+        if hasattr(wildcards, "search")
+        else wildcard_run(wildcards)
+    )
 
 
 def dataset_of(wildcards):
-    return job_run(wildcards).config["dataset"]
+    return trained_run(wildcards).config["dataset"]
 
 
 def run_inputs(wildcards):
@@ -262,36 +252,17 @@ def experiment_methods(wildcards):
 
 def train_resource(name):
     """A training job's resource `name` for the scheduler (runtime, mem_mb, gpu, cpus: the job's
-    threads, or slurm_extra: the warning signal): resources.train.<dataset> over
-    resources.train.default over built-ins.
+    threads, or slurm_extra: the warning signal), dmlrepro.runs.train_request and slurm_signal.
     """
-    requests = (config.get("resources") or {}).get("train") or {}
-    unknown = sorted(set(requests) - {"default"} - set(config["datasets"]))
-    if unknown:
-        raise ValueError(
-            f"config resources.train.{unknown[0]}: expected 'default' or a key of datasets "
-            f"({', '.join(sorted(config['datasets']))})"
-        )
 
     def resource(wildcards):
-        run = job_run(wildcards)
-        merged = {"runtime": 60, "mem_mb": 4000, "gpu": 0, "cpus": 1}
-        merged.update(requests.get("default") or {})
-        merged.update(requests.get(run.dataset) or {})
-        # a search trains trials x folds runs one after the other
-        if run.run_id in SEARCHES:
-            spec = search_spec(wildcards)
-            merged["runtime"] *= spec["trials"] * len(spec.get("folds") or [None])
-        if name != "slurm_extra":
-            return merged[name]
-        # SIGTERM to every process of the job `warning` seconds before the time limit: the run
-        # checkpoints after its current step and exits; the profile's retries resume it
-        warning = merged.get("warning", min(300, merged["runtime"] * 15))
-        if warning >= merged["runtime"] * 60:
-            raise ValueError(
-                f"config resources.train ({run.dataset}): warning = {warning} s: expected less than "
-                f"runtime = {merged['runtime']} min"
-            )
-        return f"--signal=TERM@{warning}" if warning else ""
+        run = trained_run(wildcards)
+        search = search_spec(wildcards) if run.run_id in SEARCHES else None
+        request = train_request(config, run.dataset, search)
+        return (
+            slurm_signal(request, run.dataset)
+            if name == "slurm_extra"
+            else request[name]
+        )
 
     return resource

@@ -3,7 +3,8 @@ dmlrepro.tuning.run_search into the search's folder (trials.csv, best.json, stud
 
 from pathlib import Path
 
-from dmlrepro.runs import deep_merge, job_runtime
+from dmlrepro.nested import deep_merge
+from dmlrepro.runs import job_runtime
 from dmlrepro.steplog import log_to
 from dmlrepro.tuning import run_search
 

@@ -12,58 +12,24 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 from urllib.parse import urlparse
 
 from .archives import extract_to_temp
 from .download import download, verify_md5
+from .idx import read_idx_layout
+from .layout import Benchmark, LayoutError, MissingFileError, Resource, Rows
 from .prepared import ARCHIVE_DIR, dataset_dir, discard_staging, finalize, is_prepared, manifest_path, new_staging, unprepare
 from .splits import standard_split
 
 
-class LayoutError(RuntimeError):
-    """The extracted files do not have the layout of the official release."""
-
-
-class MissingFileError(FileNotFoundError):
-    """A file that cannot be downloaded has not been placed where expected."""
-
-
-@dataclass(frozen=True)
-class Resource:
-    filename: str
-    md5: str | None
-    urls: tuple[str, ...] = ()
-    extract_to: str | None = "."  # folder (relative to the dataset folder) to extract into; None: copy as is
-    place_at: str | None = None  # for non-archives: relative path the file is copied to
-
-
-@dataclass(frozen=True)
-class Rows:
-    paths: list[str]
-    labels: list[int]
-    splits: list[str]
-    item_ids: list[str] | None = None
-
-
-@dataclass(frozen=True)
-class Benchmark:
-    name: str
-    title: str
-    resources: tuple[Resource, ...]
-    read_layout: Callable[..., Rows]  # (staging folder, *, progress) -> rows
-    expected_counts: Mapping[str, int]
-    placement: str  # what to place where, shown in errors and docs
-
-
 # ---------------------------------------------------------------------------------- layouts
-def _need(staging: Path, rel: str, what: str, archive: str) -> Path:
+def _need(staging: Path, rel: str, content: str, archive: str) -> Path:
     p = staging / rel
     if not p.exists():
         raise LayoutError(
-            f"{archive}: expected {rel} ({what}) after extraction but it is missing; the file is not the "
+            f"{archive}: expected {rel} ({content}) after extraction but it is missing; the file is not the "
             f"official release or has a different layout. Found at the top level: "
             f"{sorted(c.name for c in staging.iterdir())[:10]}"
         )
@@ -169,8 +135,6 @@ def read_inshop(staging: Path, *, progress: bool = False) -> Rows:
 
 def read_mnist(staging: Path, *, progress: bool = True) -> Rows:
     """raw/*-idx?-ubyte.gz -> one grey PNG per image (dmlrepro.data.idx), split train/test."""
-    from .idx import read_idx_layout  # idx imports LayoutError and Rows from this module
-
     return read_idx_layout(staging, progress=progress)
 
 

@@ -13,7 +13,7 @@ import argparse
 import sys
 
 from .archives import ArchiveError
-from .benchmarks import LayoutError, MissingFileError
+from .layout import LayoutError, MissingFileError
 from .download import DownloadError
 from .manifest import ManifestError
 from .prepared import is_prepared

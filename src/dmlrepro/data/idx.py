@@ -15,7 +15,7 @@ import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 
-from .benchmarks import LayoutError, Rows
+from .layout import LayoutError, Rows
 from .synthetic import save_png
 
 IMAGES_MAGIC, LABELS_MAGIC = 2051, 2049
@@ -35,15 +35,15 @@ class IdxError(LayoutError):
 def read_idx(path: str | Path, magic: int, ndim: int) -> np.ndarray:
     """The uint8 array of a gzip-compressed IDX file with this magic number and number of dims."""
     path = Path(path)
-    what = "images" if magic == IMAGES_MAGIC else "labels"
+    content = "images" if magic == IMAGES_MAGIC else "labels"
     try:
         with gzip.open(path, "rb") as fh:
             data = fh.read()
     except EOFError as e:
         raise IdxError(f"{path.name}: truncated gzip stream ({e}); expected the complete gzip-compressed IDX "
-                       f"{what} file of the official release") from None
+                       f"{content} file of the official release") from None
     except (OSError, zlib.error) as e:
-        raise IdxError(f"{path.name}: not a readable gzip file ({e}); expected the gzip-compressed IDX {what} "
+        raise IdxError(f"{path.name}: not a readable gzip file ({e}); expected the gzip-compressed IDX {content} "
                        "file of the official release") from None
     header = 4 * (1 + ndim)
     if len(data) < header:
@@ -51,13 +51,13 @@ def read_idx(path: str | Path, magic: int, ndim: int) -> np.ndarray:
                        f"(magic and {ndim} dimension(s))")
     got = int.from_bytes(data[:4], "big")
     if got != magic:
-        raise IdxError(f"{path.name}: bad magic number {got}, expected {magic} (IDX {what}, uint8, {ndim}-d); "
+        raise IdxError(f"{path.name}: bad magic number {got}, expected {magic} (IDX {content}, uint8, {ndim}-d); "
                        "the file is not the official release, or images and labels are swapped")
     dims = tuple(int(d) for d in np.frombuffer(data, ">u4", ndim, 4))
     size = int(np.prod(dims, dtype=np.int64))
     if len(data) - header != size:
         state = "truncated data" if len(data) - header < size else "trailing bytes"
-        raise IdxError(f"{path.name}: {state}: the header declares {what} of shape {dims} = {size} bytes, "
+        raise IdxError(f"{path.name}: {state}: the header declares {content} of shape {dims} = {size} bytes, "
                        f"the file holds {len(data) - header}")
     return np.frombuffer(data, np.uint8, size, header).reshape(dims)
 

@@ -111,8 +111,9 @@ def mlrc_records(records: Iterable[Mapping[str, Any]], fold_key: str = MLRC_FOLD
     the test metrics of the group's Complete run where the final stage has one (sweep key
     `complete`, RSW App. D-B). A group with a diverged or unfinished run is a diverged record. Each
     record needs `dir` (the run folder)."""
+    # torch (dmlrepro.evaluation, dmlrepro.tuning): deferred, so that dmlrepro.report imports without it
     from dmlrepro.evaluation.mlrc import fold_ensemble_metrics
-    from dmlrepro.runs import COMPLETE_KEY
+    from dmlrepro.tuning.final import COMPLETE_KEY
 
     groups: dict[tuple, dict[str, Any]] = {}
     complete: dict[tuple, dict[str, Any]] = {}  # the final stage's Complete runs (RSW App. D-B)

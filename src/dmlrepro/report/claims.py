@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .aggregate import MLRC_FOLD_KEY
 from .reported import load_reported, paper_units
 
 ALPHA = 0.05
@@ -146,8 +147,6 @@ def check_claims(claims: Sequence[Mapping], config: Mapping, scale: str) -> None
 
 
 def _check_cell(where: str, cell: Mapping, config: Mapping, datasets: Sequence[str], metrics: Sequence[str]):
-    from .aggregate import MLRC_FOLD_KEY
-
     names = _experiments(cell)
     for name in names:
         experiment = config["experiments"].get(name)

@@ -14,6 +14,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from dmlrepro.atomic import atomic_open  # noqa: E402
+
 from .aggregate import sweep_points  # noqa: E402
 from .reported import is_stand_in, paper_units  # noqa: E402
 
@@ -21,8 +23,6 @@ DPI = 110
 
 
 def _save(fig, path: str | os.PathLike) -> None:
-    from dmlrepro.atomic import atomic_open
-
     with atomic_open(path, "wb") as handle:
         fig.savefig(handle, format="png", dpi=DPI, bbox_inches="tight")
     plt.close(fig)
@@ -99,35 +99,18 @@ def tsne_figure(embeddings: np.ndarray, labels: np.ndarray, path: str | os.PathL
     _save(fig, path)
 
 
-def class_field(loss, r: np.ndarray, sources: np.ndarray, source_labels: np.ndarray, cls: int):
-    """Ψ_cls(r) of eqs. (3)–(5) (unit charges: ψ_att from class `cls`, ψ_rep from the others) and the
-    net force −∇Ψ_cls(r), at the rows of `r`, in float64."""
-    import torch
-
-    at = torch.tensor(r, dtype=torch.float64, requires_grad=True)
-    d = torch.cdist(at, torch.tensor(sources, dtype=torch.float64))
-    psi = torch.where(torch.tensor(source_labels == cls), loss.attraction(d), loss.repulsion(d)).sum(1)
-    (force,) = torch.autograd.grad(-psi.sum(), at)
-    return psi.detach().numpy(), force.numpy()
-
-
-def toy_field_figure(loss, points: np.ndarray, labels: np.ndarray, proxies: np.ndarray, proxy_labels: np.ndarray,
-                     path: str | os.PathLike, *, extent: float = 1.0, grid: int = 121) -> None:
-    """PFML main Fig. 2: the class fields Ψ_j of a 2-D toy, one panel per class, with the net force
-    −∇Ψ_j as arrows (direction only). `loss` supplies ψ_att / ψ_rep (`attraction`, `repulsion`)."""
-    sources = np.concatenate([points, proxies])
-    source_labels = np.concatenate([labels, proxy_labels])
-    axis = np.linspace(-extent, extent, grid)
-    r = np.stack(np.meshgrid(axis, axis), -1).reshape(-1, 2)
-    classes = list(dict.fromkeys(labels.tolist()))
-    fig, axes = plt.subplots(1, len(classes), figsize=(4.4 * len(classes), 4), squeeze=False)
-    for ax, cls in zip(axes[0], classes):
-        psi, force = class_field(loss, r, sources, source_labels, cls)
+def toy_field_figure(toy: Mapping, path: str | os.PathLike) -> None:
+    """PFML main Fig. 2: the class fields Ψ_j of a 2-D toy (report.landscapes.toy_fields), one panel
+    per class, with the net force −∇Ψ_j as arrows (direction only)."""
+    axis, points, labels = toy["axis"], toy["points"], toy["labels"]
+    proxies, proxy_labels = toy["proxies"], toy["proxy_labels"]
+    fig, axes = plt.subplots(1, len(toy["fields"]), figsize=(4.4 * len(toy["fields"]), 4), squeeze=False)
+    for ax, (cls, psi, force) in zip(axes[0], toy["fields"]):
         shown = np.sign(psi) * np.log10(1.0 + np.abs(psi))  # ψ_rep reaches d_floor^−α: a log scale shows both
-        filled = ax.contourf(axis, axis, shown.reshape(grid, grid), levels=30, cmap="viridis")
+        filled = ax.contourf(axis, axis, shown, levels=30, cmap="viridis")
         fig.colorbar(filled, ax=ax, shrink=0.8, label="sign(Ψ)·log10(1 + |Ψ|)")
-        step = max(1, grid // 20)
-        f = force.reshape(grid, grid, 2)[::step, ::step]
+        step = max(1, len(axis) // 20)
+        f = force[::step, ::step]
         norm = np.hypot(f[..., 0], f[..., 1]) + 1e-12
         ax.quiver(axis[::step], axis[::step], f[..., 0] / norm, f[..., 1] / norm, color="white", alpha=0.6,
                   scale=30, width=0.004)
@@ -140,17 +123,6 @@ def toy_field_figure(loss, points: np.ndarray, labels: np.ndarray, proxies: np.n
         ax.set_title(f"Ψ{cls + 1} (class {cls + 1}: o, other: x, proxies: ★)", fontsize=9)
         ax.set_aspect("equal")
     _save(fig, path)
-
-
-def toy_configuration(seed: int = 0):
-    """The toy of main Fig. 2: two classes, class 2 with a far variant point, 2 proxies each."""
-    rng = np.random.default_rng(seed)
-    c1 = rng.normal([-0.35, 0.1], 0.08, (5, 2))
-    c2 = np.concatenate([rng.normal([0.35, -0.1], 0.08, (4, 2)), [[-0.1, 0.7]]])  # a variant / mislabelled point
-    points = np.concatenate([c1, c2])
-    labels = np.array([0] * 5 + [1] * 5)
-    proxies = np.array([[-0.6, -0.5], [0.0, 0.15], [0.6, 0.5], [0.1, -0.6]])
-    return points, labels, proxies, np.array([0, 0, 1, 1])
 
 
 # -- RSW: per-epoch curves (Fig. 9), heat maps over two sweep keys (Fig. 7), the analytic loss
@@ -203,66 +175,15 @@ def heatmap_figure(aggregated: pd.DataFrame, x: str, y: str, metric: str, path: 
     _save(fig, path)
 
 
-DELTA_MODES = ("value", "continuous", "none")
-
-
-def rsw_f1(t: np.ndarray, *, function: str = "warp", power: float = 1.0, alpha: float = 0.0, k1: float = 1.0,
-           k2: float = 1.0, delta_scale: float = 1.0, use_delta: bool = True, warp: bool = True,
-           delta: str = "value", **_ignored) -> np.ndarray:
-    """f1 of RSW eq. 7 (or t^power for Table III's V1–V4; t for warp = False), float64, as a value
-    (the loss landscape has no stop-gradient). `delta` reads Δ on [0, α): "value" = the forward
-    value k1·t + k·(1 − k1)·t (= t for k = 1: the landscape equals eq. 4 there), "continuous" =
-    k1·t + (1 − k1)·α (RSW-R20: continuous, with eq. 7's slopes, the "approximation"
-    the caption names), "none" = k1·t. `_ignored`: other loss hyperparameters (scale, ...)."""
-    t = np.asarray(t, dtype=np.float64)
-    if not warp:
-        return t
-    if function == "power":
-        return t ** power
-    if delta not in DELTA_MODES:
-        raise ValueError(f"delta {delta!r}: expected one of {DELTA_MODES}")
-    inner = k1 * t
-    if use_delta and delta == "value":
-        inner = inner + delta_scale * (1.0 - k1) * t
-    elif use_delta and delta == "continuous" and np.isfinite(alpha):
-        inner = inner + (1.0 - k1) * alpha
-    if not np.isfinite(alpha):
-        return inner
-    return np.where(t < alpha, inner, k2 * t + (1.0 - k2) * alpha)
-
-
-def rsw_f2(t: np.ndarray, *, function: str = "warp", power: float = 1.0, warp: bool = True, **_ignored) -> np.ndarray:
-    """f2 of eq. 8: t, or t^power for Table III's V1–V4."""
-    t = np.asarray(t, dtype=np.float64)
-    return t ** power if warp and function == "power" else t
-
-
-def rsw_landscape(points: np.ndarray, proxies: np.ndarray, hparams: dict, *, ground_truth: int = 0,
-                  scale: float = 1.0, delta: str = "value") -> np.ndarray:
-    """RSW's per-sample loss (eq. 8; eqs. 5/6 with two proxies) at each row of `points` (N, 2)
-    with fixed `proxies` (C, 2) and class `ground_truth`: log(1 + Σ_{j≠gt} exp(s·[f1(t_gt) − f2(t_j)])),
-    computed stably in float64. `hparams`: the loss's (function, power, alpha, k1, k2, ...)."""
-    t = np.linalg.norm(np.asarray(points, np.float64)[:, None, :] - np.asarray(proxies, np.float64)[None], axis=-1)
-    gt = rsw_f1(t[:, ground_truth], **{**hparams, "delta": delta})
-    others = np.delete(rsw_f2(t, **hparams), ground_truth, axis=1)
-    z = scale * (gt[:, None] - others)  # (N, C - 1)
-    top = np.maximum(z.max(axis=1), 0.0)
-    return top + np.log(np.exp(-top) + np.exp(z - top[:, None]).sum(axis=1))
-
-
-def landscape_figure(panels: Sequence[dict], proxies: np.ndarray, path: str | os.PathLike, *,
-                     extent: Sequence[float] = (-6.0, 4.0, -5.0, 5.0), ground_truth: int = 0, scale: float = 1.0,
-                     grid: int = 161) -> None:
-    """RSW Fig. 3/5: one panel per entry of `panels` (`title`, `hparams`, `delta`), the loss
-    landscape over the plane with the proxies marked (ground truth: gold star)."""
-    x0, x1, y0, y1 = extent
-    xs, ys = np.linspace(x0, x1, grid), np.linspace(y0, y1, grid)
-    points = np.stack(np.meshgrid(xs, ys), -1).reshape(-1, 2)
+def landscape_figure(panels: Sequence[Mapping], proxies: np.ndarray, path: str | os.PathLike, *,
+                     ground_truth: int = 0) -> None:
+    """RSW Fig. 3/5: one panel per entry of `panels` (report.landscapes.landscape_panels: `title`,
+    `x`, `y`, `values`), the loss landscape over the plane with the proxies marked (ground truth:
+    gold star) and the grid's minimum (red +)."""
     proxies = np.asarray(proxies, dtype=np.float64)
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
     for ax, panel in zip(axes[0], panels):
-        values = rsw_landscape(points, proxies, panel["hparams"], ground_truth=ground_truth, scale=scale,
-                               delta=panel.get("delta", "value")).reshape(grid, grid)
+        xs, ys, values = panel["x"], panel["y"], panel["values"]
         filled = ax.contourf(xs, ys, values, levels=30, cmap="viridis")
         ax.contour(xs, ys, values, levels=12, colors="white", linewidths=0.4, alpha=0.6)
         fig.colorbar(filled, ax=ax, shrink=0.8)
@@ -362,7 +283,7 @@ def improvement_figure(rows: Sequence[Mapping], path: str | os.PathLike, *, y_la
     each variant annotated with its absolute Δ over the base (and Δ in % of the base); a method with
     no base loss among the methods (SoftTriple) stands alone, hatched.
 
-    `rows`: sections.improvement_rows' output (`dataset`, `sweep`, `label`, `group`, `role` base /
+    `rows`: section_data.improvement_rows' output (`dataset`, `sweep`, `label`, `group`, `role` base /
     variant / alone, `value`, `delta`, `delta_pct`), in the order to draw."""
     panels = list(dict.fromkeys((r["dataset"], r["sweep"]) for r in rows))
     width = max((sum(1 for r in rows if (r["dataset"], r["sweep"]) == p) for p in panels), default=1)
@@ -370,13 +291,13 @@ def improvement_figure(rows: Sequence[Mapping], path: str | os.PathLike, *, y_la
                              squeeze=False)
     for ax, (dataset, sweep) in zip(axes[0], panels):
         mine = [r for r in rows if (r["dataset"], r["sweep"]) == (dataset, sweep)]
-        x, pos, ticks, previous = [], 0.0, [], None
+        x, next_x, ticks, previous = [], 0.0, [], None
         for r in mine:
             if previous is not None and r["group"] != previous:
-                pos += 0.6  # a gap between base-loss groups
-            x.append(pos)
+                next_x += 0.6  # a gap between base-loss groups
+            x.append(next_x)
             ticks.append(r["label"])
-            previous, pos = r["group"], pos + 1.0
+            previous, next_x = r["group"], next_x + 1.0
         values = [np.nan if r["value"] is None else r["value"] for r in mine]
         colours = ["0.6" if r["role"] != "variant" else
                    ("0.85" if r["delta"] is None else "tab:green" if r["delta"] >= 0 else "tab:red") for r in mine]

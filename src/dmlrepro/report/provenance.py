@@ -4,12 +4,15 @@ hash, status and training time; per experiment its compute hours (docs/report.md
 from __future__ import annotations
 
 import datetime
+import json
 import platform
 import subprocess
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from .timing import timing_metrics
 
 PACKAGES = ("dmlrepro", "torch", "torchvision", "timm", "pytorch-metric-learning", "faiss-cpu", "faiss-gpu-cu12",
             "numpy", "scikit-learn", "snakemake", "snakemake-executor-plugin-slurm", "matplotlib", "jinja2")
@@ -38,7 +41,7 @@ def package_versions() -> dict[str, str]:
 
 
 def device_description() -> str:
-    import torch
+    import torch  # deferred: dmlrepro.report imports without torch
 
     if torch.cuda.is_available():
         return f"{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda}) on {platform.node()}"
@@ -66,8 +69,6 @@ def provenance(repo: str | Path, runs: Sequence[Mapping[str, Any]],
 def projected_hours(preflight: str | Path | None) -> dict[str, Any]:
     """From a preflight JSON (docs/preflight.md): `projected_hours_per_experiment`,
     `projected_total_hours` and `preflight_device`; nothing when there is no such file."""
-    import json
-
     if preflight is None or not Path(preflight).is_file():
         return {}
     doc = json.loads(Path(preflight).read_text())
@@ -85,10 +86,6 @@ def section_runs(runs: Sequence[Mapping[str, Any]], metrics_files: Sequence[str 
                  train_logs: Sequence[str | Path]) -> list[dict[str, Any]]:
     """One experiment's runs as the provenance table lists them: run_id, method, dataset, seed, device,
     epochs (from each run's resolved `config`), status (metrics.json) and train_hours (train_log.csv)."""
-    import json
-
-    from .timing import timing_metrics
-
     return [{"run_id": run["run_id"], "method": run["method"], "dataset": run["dataset"], "seed": run["seed"],
              "device": run["config"]["device"], "epochs": run["config"]["epochs"],
              "status": json.loads(Path(metrics).read_text()).get("status"),
@@ -98,8 +95,6 @@ def section_runs(runs: Sequence[Mapping[str, Any]], metrics_files: Sequence[str 
 
 def collect_section_runs(sections: Mapping[str, str | Path]) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
     """(every run once, experiment -> its run ids) from the sections' runs.json (experiment -> folder)."""
-    import json
-
     runs: dict[str, dict[str, Any]] = {}
     experiments = {}
     for name, folder in sections.items():

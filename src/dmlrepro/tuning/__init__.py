@@ -3,24 +3,27 @@
     from dmlrepro.tuning import parse_space, run_search, load_trials, posterior_surface
 """
 
+from dmlrepro.search_space import Param, parse_space
+
 from .bayes import (
-    Param,
     SearchError,
     Surface,
     best_validation_value,
     load_trials,
-    parse_space,
     params_hash,
     posterior_surface,
     run_search,
 )
-from .final import observed_epochs
+from .final import COMPLETE_KEY, FinalStage, final_runs, observed_epochs
 
 __all__ = [
+    "COMPLETE_KEY",
+    "FinalStage",
     "Param",
     "SearchError",
     "Surface",
     "best_validation_value",
+    "final_runs",
     "load_trials",
     "observed_epochs",
     "params_hash",

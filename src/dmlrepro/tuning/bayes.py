@@ -30,15 +30,16 @@ import math
 import os
 import sys
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from dmlrepro.atomic import atomic_write_text, write_json_atomic
-from dmlrepro.runs import deep_merge, dotted, dotted_get
-from dmlrepro.train import train_run  # looked up at call time (tests replace it)
+from dmlrepro.nested import deep_merge, dotted_get, undotted
+from dmlrepro.search_space import ZERO_SUFFIX, Param, is_finite_number, parse_space
+from dmlrepro.train import DEFAULTS, resolve_run_config, train_run  # train_run: looked up at call time (tests replace it)
+from dmlrepro.train.config import config_identity
 
 STUDY_FILE = "study.db"
 STUDY_NAME = "search"
@@ -47,7 +48,6 @@ TRIALS_CSV = "trials.csv"
 BEST_JSON = "best.json"
 LOCK_FILE = ".search.lock"
 VALIDATION_LOG = "validation_log.json"
-ZERO_SUFFIX = "@zero"
 SAMPLERS = ("gp", "tpe", "random")
 DIRECTIONS = ("maximize", "minimize")
 # The validation metrics (map@r, r_precision, precision@1, recall@1) all lie in [0, 1]: a diverged
@@ -60,135 +60,6 @@ class SearchError(RuntimeError):
     """The output folder holds another search, or another process is running this one."""
 
 
-# ----------------------------------------------------------------------------- search space
-
-
-@dataclass(frozen=True)
-class Param:
-    """One searched run-config key (``key`` is dotted, e.g. ``loss.hparams.proxies_per_class``)."""
-
-    key: str
-    type: str  # int | float | categorical
-    low: float | int | None = None
-    high: float | int | None = None
-    log: bool = False
-    step: float | int | None = None
-    zero: bool = False
-    choices: tuple | None = None
-
-    def spec(self) -> dict[str, Any]:
-        """The normalised spec (what the study's fingerprint is computed from)."""
-        if self.type == "categorical":
-            return {"type": "categorical", "choices": list(self.choices)}
-        out = {"type": self.type, "low": self.low, "high": self.high, "log": self.log, "zero": self.zero}
-        if self.step is not None:
-            out["step"] = self.step
-        return out
-
-    def suggest(self, trial) -> tuple[Any, dict[str, Any]]:
-        """(the value the run gets, the sampler's raw parameters)."""
-        if self.type == "categorical":
-            value = trial.suggest_categorical(self.key, list(self.choices))
-            return value, {self.key: value}
-        raw: dict[str, Any] = {}
-        is_zero = False
-        if self.zero:
-            is_zero = trial.suggest_categorical(self.key + ZERO_SUFFIX, [False, True])
-            raw[self.key + ZERO_SUFFIX] = is_zero
-        if self.type == "int":
-            value = trial.suggest_int(self.key, int(self.low), int(self.high), step=int(self.step or 1), log=self.log)
-        else:
-            value = trial.suggest_float(self.key, float(self.low), float(self.high), step=self.step, log=self.log)
-        raw[self.key] = value
-        # with `<key>@zero` the log-range value is still drawn (the sampler sees a fixed space) but unused
-        return ((0 if self.type == "int" else 0.0) if is_zero else value), raw
-
-    def example(self) -> Any:
-        """A value inside the space (used to check the keys against the run-config schema)."""
-        return self.choices[0] if self.type == "categorical" else self.low
-
-
-_ALLOWED = {"int": {"type", "low", "high", "log", "step", "zero"},
-            "float": {"type", "low", "high", "log", "step", "zero"},
-            "categorical": {"type", "choices"}}
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def parse_space(space: Mapping[str, Any]) -> list[Param]:
-    """Mapping of dotted run-config keys to specs -> parameters; a bad spec raises ValueError
-    naming the key and what is expected. Specs:
-
-    * ``{type: float, low, high, log: false, step: null, zero: false}``
-    * ``{type: int, low, high, log: false, step: 1, zero: false}``
-    * ``{type: categorical, choices: [...]}`` (None, bool, int, float or str values)
-
-    ``zero: true`` (int/float with ``low > 0``) also searches the value 0: an extra boolean
-    parameter ``<key>@zero`` chosen by the sampler; when it is true the run gets 0.
-    """
-    if isinstance(space, Param):
-        raise ValueError("search space: expected a mapping of dotted run-config keys to specs")
-    if isinstance(space, (list, tuple)) and all(isinstance(p, Param) for p in space):
-        return list(space)
-    if not isinstance(space, Mapping) or not space:
-        raise ValueError(f"search space: expected a non-empty mapping of dotted run-config keys to specs, got {space!r}")
-    params = [_parse_param(key, spec) for key, spec in space.items()]
-    keys = [p.key for p in params]
-    for a in keys:
-        for b in keys:
-            if a != b and b.startswith(a + "."):
-                raise ValueError(f"search space: {b!r} lies inside {a!r}; search one or the other")
-    return params
-
-
-def _parse_param(key: Any, spec: Any) -> Param:
-    where = f"search space: {key!r}"
-    if not isinstance(key, str) or not key or any(not part for part in key.split(".")) or "@" in key:
-        raise ValueError(f"{where}: expected a dotted run-config key such as 'asap.lam' (no '@')")
-    if not isinstance(spec, Mapping):
-        raise ValueError(f"{where}: expected a mapping {{type: int|float|categorical, ...}}, got {spec!r}")
-    kind = spec.get("type")
-    if kind not in _ALLOWED:
-        raise ValueError(f"{where}: type = {kind!r}: expected 'int', 'float' or 'categorical'")
-    unknown = sorted(set(spec) - _ALLOWED[kind])
-    if unknown:
-        raise ValueError(f"{where}: unknown field(s) {unknown} for type {kind}; allowed: {sorted(_ALLOWED[kind])}")
-    if kind == "categorical":
-        choices = spec.get("choices")
-        if not isinstance(choices, (list, tuple)) or not choices:
-            raise ValueError(f"{where}: choices = {choices!r}: expected a non-empty list")
-        for c in choices:
-            if not (c is None or isinstance(c, (bool, int, str)) or (isinstance(c, float) and math.isfinite(c))):
-                raise ValueError(f"{where}: choice {c!r}: expected None, a bool, an int, a finite float or a string")
-        if len({json.dumps(c) for c in choices}) != len(choices):
-            raise ValueError(f"{where}: choices {list(choices)!r} repeat a value")
-        return Param(key, "categorical", choices=tuple(choices))
-    low, high = spec.get("low"), spec.get("high")
-    log, zero, step = spec.get("log", False), spec.get("zero", False), spec.get("step")
-    for name, v in (("low", low), ("high", high)):
-        if not _is_number(v) or (kind == "int" and not float(v).is_integer()):
-            raise ValueError(f"{where}: {name} = {v!r}: expected {'an integer' if kind == 'int' else 'a finite number'}")
-    if not low <= high:
-        raise ValueError(f"{where}: low = {low!r} > high = {high!r}: expected low <= high")
-    for name, v in (("log", log), ("zero", zero)):
-        if not isinstance(v, bool):
-            raise ValueError(f"{where}: {name} = {v!r}: expected true or false")
-    if log and low <= 0:
-        raise ValueError(f"{where}: log: true needs low > 0, got low = {low!r} (use zero: true to also search 0)")
-    if zero and low <= 0:
-        raise ValueError(f"{where}: zero: true needs low > 0 (0 is then searched as an extra value), got low = {low!r}")
-    if step is not None:
-        if not _is_number(step) or step <= 0 or (kind == "int" and not float(step).is_integer()):
-            raise ValueError(f"{where}: step = {step!r}: expected a number > 0 ({'an integer' if kind == 'int' else 'float'})")
-        if log and (kind == "float" or step != 1):
-            raise ValueError(f"{where}: step and log: true cannot be combined (optuna samples a log range without steps)")
-    if kind == "int":
-        return Param(key, "int", int(low), int(high), log, int(step) if step is not None else None, zero)
-    return Param(key, "float", float(low), float(high), log, float(step) if step is not None else None, zero)
-
-
 # ----------------------------------------------------------------------------- helpers
 
 
@@ -198,22 +69,11 @@ def params_hash(params: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:HASH_LENGTH]
 
 
-def nested(params: Mapping[str, Any]) -> dict:
-    """{"asap.lam": 1e-3, "asap.b": 4} -> {"asap": {"lam": 1e-3, "b": 4}}."""
-    out: dict = {}
-    for key, value in params.items():
-        out = deep_merge(out, dotted(key, value))
-    return out
-
-
 def fingerprint(base_config: Mapping, space: Sequence[Param], folds: list[int] | None, direction: str) -> str:
     """Identity of a search: what must not change between a search and its resumption. The base
-    config counts as a run's identity does (runs.run_identity: not the data root, device, workers
+    config counts as a run's identity does (train.config.config_identity: not the data root, device, workers
     or threads), so a search resumes after the data moved."""
-    from dmlrepro.runs import run_identity
-    from dmlrepro.train import resolve_run_config
-
-    base = run_identity(resolve_run_config(copy.deepcopy(dict(base_config))))
+    base = config_identity(resolve_run_config(copy.deepcopy(dict(base_config))))
     text = json.dumps({"base": base, "space": {p.key: p.spec() for p in space}, "folds": folds,
                        "direction": direction}, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -228,7 +88,7 @@ def best_validation_value(run_dir: str | os.PathLike, metric: str = "map_r") -> 
         return None
     log = json.loads(path.read_text())
     values = [e.get(metric) for e in log.get("evaluations", [])]
-    values = [float(v) for v in values if _is_number(v)]
+    values = [float(v) for v in values if is_finite_number(v)]
     return max(values) if values else None
 
 
@@ -281,8 +141,6 @@ def _trial_seed(seed: int, n_complete: int) -> int:
 def _check_config(base_config: Mapping, space: Sequence[Param], folds: list[int] | None) -> None:
     """Fail before any training on: a fold list without a fold split, a base without a split, a
     searched key that is not a run-config key (the run-config schema names it)."""
-    from dmlrepro.train import resolve_run_config
-
     split = dotted_get(base_config, "validation.split")
     if folds is not None:
         if not isinstance(folds, (list, tuple)) or not folds or not all(
@@ -292,8 +150,6 @@ def _check_config(base_config: Mapping, space: Sequence[Param], folds: list[int]
             raise ValueError(f"folds = {list(folds)!r}: a fold is listed twice")
         if split != "fold":
             raise ValueError(f"folds = {list(folds)!r} needs the base config's validation.split = 'fold' (it is {split!r})")
-        from dmlrepro.train import DEFAULTS
-
         n = dotted_get(base_config, "validation.n_folds") or DEFAULTS["validation"]["n_folds"]
         if max(folds) >= n:
             raise ValueError(f"folds = {list(folds)!r}: expected folds < validation.n_folds = {n}")
@@ -302,7 +158,7 @@ def _check_config(base_config: Mapping, space: Sequence[Param], folds: list[int]
     elif split is None:
         raise ValueError("folds = null needs a validation split in the base config (validation.split: fold or holdout): "
                          "the objective is the run's best validation value")
-    example = nested({p.key: p.example() for p in space})
+    example = undotted({p.key: p.example() for p in space})
     fold = {"validation": {"fold": folds[0]}} if folds else {}
     resolve_run_config(deep_merge(deep_merge(base_config, example), fold))
 
@@ -428,7 +284,7 @@ def _evaluate(trial, base_config, params: Sequence[Param], folds, outdir: Path, 
     trial_dir = outdir / TRIALS_DIR / h
     fold_values, runs, diverged = [], [], []
     for fold in (folds if folds is not None else [None]):
-        config = deep_merge(base_config, nested(values))
+        config = deep_merge(base_config, undotted(values))
         if fold is not None:
             config = deep_merge(config, {"validation": {"fold": fold}})
         run_dir = _run_folder(trial_dir, fold)

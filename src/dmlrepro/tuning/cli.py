@@ -20,6 +20,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from dmlrepro.train import load_run_config
+
+from .bayes import DIRECTIONS, SAMPLERS, SearchError, run_search
+
 KEYS = {"base": None, "space": None, "trials": None, "folds": None, "seed": 0, "sampler": "gp",
         "direction": "maximize", "startup_trials": 10}
 REQUIRED = ("base", "space", "trials")
@@ -31,8 +37,6 @@ class SearchConfigError(ValueError):
 
 def load_search_config(path: str | Path) -> dict[str, Any]:
     """Read and check SEARCH_CONFIG; returns every key (defaults filled in), ``base`` loaded."""
-    import yaml
-
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
@@ -51,8 +55,6 @@ def load_search_config(path: str | Path) -> dict[str, Any]:
     cfg = {**KEYS, **data}
     base = cfg["base"]
     if isinstance(base, str):
-        from dmlrepro.train import load_run_config
-
         base_path = (path.parent / base) if not Path(base).is_absolute() else Path(base)
         try:
             base = load_run_config(base_path)
@@ -69,8 +71,6 @@ def load_search_config(path: str | Path) -> dict[str, Any]:
     if folds is not None and (not isinstance(folds, list) or not folds
                               or not all(isinstance(f, int) and not isinstance(f, bool) and f >= 0 for f in folds)):
         raise SearchConfigError(f"{path}: folds = {folds!r}: expected a non-empty list of fold numbers or null")
-    from .bayes import DIRECTIONS, SAMPLERS
-
     if cfg["sampler"] not in SAMPLERS:
         raise SearchConfigError(f"{path}: sampler = {cfg['sampler']!r}: expected one of {', '.join(SAMPLERS)}")
     if cfg["direction"] not in DIRECTIONS:
@@ -87,8 +87,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=None, help="override `trials` (completed trials to reach)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-
-    from .bayes import SearchError, run_search
 
     try:
         cfg = load_search_config(args.search_config)

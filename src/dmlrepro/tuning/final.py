@@ -1,10 +1,16 @@
-"""The final stage after a search (RSW App. D, the metric-learning reality check): how long the
-"Complete" runs train. The runs themselves are run-table entries: dmlrepro.runs.final_runs."""
+"""The final stage after a search (RSW App. D, the metric-learning reality check): the search's
+best point trained again (:func:`final_runs`), how long the "Complete" runs train
+(:func:`observed_epochs`), and the run table the workflow grows with them (:class:`FinalStage`)."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable, Mapping
+
+from dmlrepro.nested import deep_merge, undotted
+from dmlrepro.runs import ExperimentError, Run, add_run, experiment_runs, run_id_for
+from dmlrepro.train.config import resolve_run_config, without_late_defaults
+
 
 
 def observed_epochs(train_logs: list[Any], multiple: int = 5) -> dict[str, Any]:
@@ -28,3 +34,98 @@ def observed_epochs(train_logs: list[Any], multiple: int = 5) -> dict[str, Any]:
     followup = up(followups) if any(followups) else 0
     return {"epochs": max(up(totals), followup + multiple), "followup_epochs": followup,
             "observed": {"epochs": totals, "followup_epochs": followups}}
+
+
+#: the sweep key that marks a "Complete" run of an experiment's `final:` stage (RSW App. D-B)
+COMPLETE_KEY = "complete"
+
+
+def final_runs(config: Mapping[str, Any], experiment: str, search: Run, best_params: Mapping[str, Any],
+               complete_epochs: Mapping[str, int] | None = None) -> dict[str, Run]:
+    """The final stage of a search experiment (`final:`; RSW App. D, the metric-learning reality
+    check): the search's best point trained again, on its base run config, as
+
+    * fold runs: every `final.seeds` seed × every `search.folds` fold (or one run per seed when the
+      search has no folds), sweep point {<search's point>, validation.fold: k}: the MLRC blocks
+      "Aggregate (128-dim)" and "Ensemble (512-dim)";
+    * with `final.complete` (run-config overrides, e.g. embedding 512, no validation split) and
+      `complete_epochs` ({epochs, followup_epochs} from :func:`observed_epochs`), one "Complete"
+      run per seed, sweep point {<search's point>, complete: True}. Its followup phase is the last
+      `followup_epochs` epochs (``followup.trigger: epochs``) also when the fold runs switched on a
+      validation plateau (``trigger: plateau``): a Complete run has no validation split. When no fold
+      run reached phase 2 (0 observed epochs, e.g. all stopped early), it has none, nor ``followup.loss``.
+
+    Each is an ordinary content-addressed run (its id hashes its resolved config)."""
+    exp = config["experiments"][experiment]
+    spec, folds = exp["final"], exp["search"].get("folds")
+    point = search.experiments[experiment]
+    tuned = deep_merge(search.config, undotted(best_params))
+    variants = [({**point, "validation.fold": fold}, {"validation": {"fold": fold}}) for fold in folds] if folds \
+        else [(dict(point), {})]
+    plateau = (tuned.get("followup") or {}).get("trigger") == "plateau"
+    if spec.get("complete") is not None and complete_epochs is not None:
+        epochs = {"epochs": complete_epochs["epochs"]}
+        if tuned.get("followup", {}).get("epochs") or plateau:
+            epochs["followup"] = {"epochs": complete_epochs["followup_epochs"]}
+        if plateau:  # RSW App. D-B: fixed epochs per phase, as observed (no validation split to plateau on)
+            epochs["followup"]["trigger"] = "epochs"
+        variants.append(({**point, COMPLETE_KEY: True}, deep_merge(spec["complete"], epochs)))
+    runs: dict[str, Run] = {}
+    position = 0
+    for seed in spec.get("seeds", [0]):
+        for sweep, override in variants:
+            partial = deep_merge(deep_merge(tuned, override), {"seed": seed})
+            if sweep.get(COMPLETE_KEY) and not partial.get("followup", {}).get("epochs", 0):
+                partial.setdefault("followup", {})["loss"] = {}  # no fold run reached phase 2: the Complete run has none
+            try:
+                resolved = without_late_defaults(resolve_run_config(partial))
+            except ValueError as error:
+                raise ExperimentError(f"experiments.{experiment}.final (method {search.method}, dataset "
+                                      f"{search.dataset}, seed {seed}, {sweep}): {error}") from error
+            run = Run(run_id_for(search.method, search.dataset, resolved), search.method, search.dataset, seed,
+                      resolved, {experiment: sweep})
+            add_run(runs, experiment, search.position[experiment] * 10_000 + position, run)
+            position += 1
+    return runs
+
+
+#: (search) -> the content of its best.json / its final stage's epochs.json, or None while unknown
+Lookup = Callable[[Run], "Mapping[str, Any] | None"]
+
+
+class FinalStage:
+    """The run table of a workflow whose search experiments have a final stage: the final runs
+    exist only once their search's best point (and the fold runs' epochs) are known, so the
+    workflow adds them to `runs` while it plans (rule train then finds them there)."""
+
+    def __init__(self, config: Mapping[str, Any], runs: dict[str, Run], searches: Mapping[str, Run]):
+        self.config, self.runs, self.searches = config, runs, searches
+
+    def register(self, runs: Mapping[str, Run]) -> dict[str, Run]:
+        """Put `runs` into the table (a run another experiment also has keeps both experiments)."""
+        for run_id, run in runs.items():
+            known = self.runs.setdefault(run_id, run)
+            known.experiments.update(run.experiments)
+            known.position.update(run.position)
+        return dict(runs)
+
+    def experiment_runs(self, experiment: str, best: Lookup, epochs: Lookup) -> dict[str, Run]:
+        """The final runs of `experiment` (none without `final:`), registered: for each of its
+        searches whose `best` point is known, the fold runs, and the Complete runs once the fold
+        runs' `epochs` are known (`epochs` is asked only when the stage has Complete runs)."""
+        spec = self.config["experiments"][experiment]
+        if not spec.get("final"):
+            return {}
+        runs: dict[str, Run] = {}
+        for search in experiment_runs(self.searches, experiment):
+            point = best(search)
+            if point is None:
+                continue
+            observed = epochs(search) if spec["final"].get("complete") is not None else None
+            runs.update(final_runs(self.config, experiment, search, point["params"], observed))
+        return self.register(runs)
+
+    def fold_runs(self, experiment: str, search_id: str, best: Mapping[str, Any]) -> dict[str, Run]:
+        """The fold runs of one search's final stage (no Complete runs: their epochs come from these),
+        registered."""
+        return self.register(final_runs(self.config, experiment, self.searches[search_id], best["params"]))
