@@ -1,7 +1,7 @@
 """Training-side benchmark: data-pipeline throughput, PFML vs Proxy-Anchor
 epoch time, peak memory. Runs the training engine's own pieces (dmlrepro.train: the run config of
 config/paper.yaml, build_run_model / build_run_loss, build_optimizer, GradScaler/autocast and the
-engine's optimizer step ``_Trainer._step``), not a re-implementation.
+engine's optimizer step ``Trainer.step``), not a re-implementation.
 
 Cases, each compared with an anchor measured in the same process:
 
@@ -16,6 +16,11 @@ Cases, each compared with an anchor measured in the same process:
   epoch (real data pipeline, 98 training classes, ``--images`` images; Cars: 8,054) measured like
   the engine's ``seconds`` column (loader iteration + steps, no evaluation); ratio to Proxy-Anchor
   (PFML paper: 14.2 s -> 14.8 s, ratio <= 1.05);
+* ``loader_rebuilt`` (anchor) and ``loader_persistent`` — median seconds per epoch over
+  ``--loader-epochs`` epochs, each one training epoch plus one evaluation pass over the training
+  images (eval transform), with the DataLoaders built anew for every epoch and every evaluation (the
+  engine before its loaders were built once per run) or the engine's own: ``Trainer.epoch_loader``
+  and ``Trainer.embedder``, built once per run with persistent workers; ratio to the rebuilt ones;
 * every case: peak memory, ``torch.cuda.max_memory_allocated`` on a GPU (peak process RSS on CPU).
 
 Settings: the paper config's Cars-196 run (config/paper.yaml: Adam lr 1e-4, proxies x100, wd 1e-4,
@@ -46,9 +51,11 @@ import torch
 import yaml
 
 from dmlrepro.data.manifest import MANIFEST_NAME, write_manifest
-from dmlrepro.runs import deep_merge
+from dmlrepro.nested import deep_merge
 from dmlrepro.train import resolve_device, resolve_run_config
-from dmlrepro.train.engine import _Trainer
+from dmlrepro.train.data import SeededDataset, loader_generator, worker_init
+from dmlrepro.train.engine import Trainer
+from dmlrepro.train.evaluate import compute_embeddings
 from dmlrepro.train.runtime import available_cpus, resolve_runtime
 from dmlrepro.train.seeding import DeterminismGuard
 
@@ -116,6 +123,8 @@ def run_config(args, method: str, proxies_per_class: int | None, root: Path) -> 
         "num_workers": args.workers,
         "deterministic": args.deterministic,
     })
+    if args.cache_images:
+        partial = deep_merge(partial, {"dataset": {"cache_images": True}})
     if args.amp is not None:
         partial = deep_merge(partial, {"amp": {"enabled": args.amp}})
     if proxies_per_class is not None:
@@ -124,16 +133,14 @@ def run_config(args, method: str, proxies_per_class: int | None, root: Path) -> 
     return resolve_runtime(resolve_run_config(partial), resolve_device(args.device))
 
 
-def build_trainer(cfg: dict, outdir: Path) -> _Trainer:
+def build_trainer(cfg: dict, outdir: Path) -> Trainer:
     """The engine's trainer (model, loss, optimizer, scaler, datasets, sampler), epoch 1 settings."""
-    trainer = _Trainer(cfg, cfg, outdir, False, None)
-    trainer._apply_epoch_settings(1)
-    trainer.model.train()
-    trainer.loss.train()
+    trainer = Trainer.for_measurement(cfg, outdir)
+    trainer.start_epoch(1)
     return trainer
 
 
-def real_batches(trainer: _Trainer):
+def real_batches(trainer: Trainer):
     epoch = 1
     while True:
         for x, y, _ in trainer.epoch_loader(epoch):
@@ -141,7 +148,7 @@ def real_batches(trainer: _Trainer):
         epoch += 1
 
 
-def synthetic_batch(trainer: _Trainer):
+def synthetic_batch(trainer: Trainer):
     """Random normalised-range images on the device, labels of the sampler's first batch."""
     idx = trainer.sampler.inner.epoch_batches(0)[0]
     y = torch.as_tensor(np.asarray(trainer.train_ds.labels)[idx], dtype=torch.long, device=trainer.device)
@@ -157,8 +164,8 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def step(trainer: _Trainer, x, y, bad: list) -> None:
-    what = trainer._step(x, y)  # the engine's step: autocast forward, float32 loss, scaler, optimizer
+def step(trainer: Trainer, x, y, bad: list) -> None:
+    what = trainer.step(x, y)  # the engine's step: autocast forward, float32 loss, scaler, optimizer
     if what:
         bad.append(what)
 
@@ -203,6 +210,7 @@ class PeakMemory:
 
 
 def release(trainer) -> None:
+    trainer.close()  # the loaders' persistent workers
     del trainer
     import gc
 
@@ -274,6 +282,56 @@ def bench_epoch(args, root: Path, tmp: Path, method: str, m: int | None) -> dict
             "non_finite_steps": len(bad)}
 
 
+def rebuilt_loader(trainer: Trainer, epoch: int) -> torch.utils.data.DataLoader:
+    """The training DataLoader as the engine built it for every epoch before it was built once per run."""
+    trainer.sampler.set_epoch(epoch)
+    nw = trainer.cfg["num_workers"]
+    return torch.utils.data.DataLoader(
+        SeededDataset(trainer.train_ds), batch_sampler=trainer.sampler, num_workers=nw,
+        worker_init_fn=worker_init if nw else None, generator=loader_generator(trainer.cfg["seed"], epoch, 1),
+        pin_memory=trainer.device.type == "cuda")
+
+
+def bench_loader(args, root: Path, tmp: Path, mode: str) -> dict:
+    """Median seconds per epoch (training epoch + one evaluation pass over the training images)
+    with the loaders rebuilt every time (``mode`` "rebuilt") or the engine's, built once ("persistent")."""
+    cfg = run_config(args, "proxy_anchor", None, root)
+    device = resolve_device(cfg["device"])
+    name = f"loader_{mode}"
+    with DeterminismGuard(cfg["deterministic"], cfg["threads"]), PeakMemory(device) as mem:
+        trainer = build_trainer(cfg, tmp / name)
+        bad: list = []
+        x, y = synthetic_batch(trainer)
+        for _ in range(args.warmup_steps):
+            step(trainer, x, y, bad)
+        eval_ds = trainer.train_eval_ds()
+        times, steps, images = [], 0, 0
+        for epoch in range(1, args.loader_epochs + 1):
+            sync(device)
+            t0 = time.perf_counter()
+            loader = trainer.epoch_loader(epoch) if mode == "persistent" else rebuilt_loader(trainer, epoch)
+            for xb, yb, _ in loader:
+                step(trainer, xb, yb, bad)
+                steps += 1
+                images += len(xb)
+            if mode == "persistent":
+                trainer.embedder.embed(eval_ds)
+            else:
+                compute_embeddings(trainer.model, eval_ds, batch_size=cfg["dataset"]["eval_batch_size"],
+                                   device=device, num_workers=cfg["num_workers"], amp_dtype=trainer.amp_dtype)
+            sync(device)
+            times.append(time.perf_counter() - t0)
+            del loader
+        release(trainer)
+    seconds = float(np.median(times))
+    return {"case": name, "measure": "epoch", "loss": cfg["loss"]["name"], "proxies_per_class": None,
+            "loaders": "built every epoch and evaluation" if mode == "rebuilt" else "built once per run (persistent)",
+            "epochs": args.loader_epochs, "epoch_times_s": times, "train_images": images // args.loader_epochs,
+            "eval_images": len(eval_ds), "steps": steps // args.loader_epochs, "epoch_s": seconds,
+            "images_per_s": images / sum(times), "step_ms": 1e3 * sum(times) / steps, "peak_mem_mib": mem.mib,
+            "peak_mem_kind": mem.kind, "non_finite_steps": len(bad)}
+
+
 # -- output ----------------------------------------------------------------------------------
 def table(cases: list[dict]) -> str:
     lines = ["| case | anchor | loss (M) | steps | images/s | epoch s | ratio to anchor | target | peak mem MiB |",
@@ -316,7 +374,10 @@ def parse_args(argv):
     p.add_argument("--m", type=int, default=4, help="images per class of the m-per-class sampler (default 4)")
     p.add_argument("--pipeline-loss", default="pfml", help="paper.yaml method of the throughput cases (default pfml, M=15)")
     p.add_argument("--m-values", type=int, nargs="+", default=[5, 20, 30], help="PFML M of the epoch cases")
-    p.add_argument("--cases", nargs="+", default=["pipeline", "epoch"], choices=["pipeline", "epoch"])
+    p.add_argument("--cases", nargs="+", default=["pipeline", "epoch", "loader"], choices=["pipeline", "epoch", "loader"])
+    p.add_argument("--cache-images", action="store_true",
+                   help="dataset.cache_images: true (decoded images kept; shared by the engine's workers)")
+    p.add_argument("--loader-epochs", type=int, default=3, help="epochs of the loader cases (default 3; median reported)")
     p.add_argument("--data-root", help="keep the generated dataset here (reused when its manifest exists)")
     p.add_argument("--out", help="write the results as JSON to this file")
     args = p.parse_args(argv)
@@ -355,6 +416,12 @@ def main(argv=None) -> dict:
                          target=f"<= {EPOCH_TARGET:.2f}")
                 c["meets_target"] = c["ratio_to_anchor"] <= EPOCH_TARGET
                 cases.append(c)
+        if "loader" in args.cases:
+            rebuilt = bench_loader(args, root, tmp, "rebuilt")
+            rebuilt["anchor"] = None
+            persistent = bench_loader(args, root, tmp, "persistent")
+            persistent.update(anchor=rebuilt["case"], ratio_to_anchor=persistent["epoch_s"] / rebuilt["epoch_s"])
+            cases += [rebuilt, persistent]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     amp = "bfloat16" if (args.amp is None and device.type == "cuda") or args.amp else "off"
@@ -363,7 +430,7 @@ def main(argv=None) -> dict:
             or platform.machine(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "backbone": args.backbone, "pretrained": False, "image_size": args.image_size,
             "batch_size": args.batch_size, "steps": args.steps, "warmup_steps": args.warmup_steps,
-            "workers": args.workers, "amp": amp, "deterministic": args.deterministic, "images": args.images,
+            "workers": args.workers, "loader_epochs": args.loader_epochs, "cache_images": args.cache_images, "amp": amp, "deterministic": args.deterministic, "images": args.images,
             "train_classes": TRAIN_CLASSES, "jpeg_size": args.jpeg_size, "sampler": args.sampler, "m": args.m,
             "dataset_generation_s": gen_s, "config": "config/paper.yaml defaults + datasets.cars196 + method"}
     result = {"meta": meta, "cases": cases}

@@ -136,11 +136,12 @@ def test_eval_normalize_is_a_late_default():
     """`eval.normalize: none` leaves a run's id as it was before the key existed; `lipschitz` is another run."""
     import copy
 
-    from dmlrepro.runs import config_hash, run_identity
+    from dmlrepro.runs import config_hash
+    from dmlrepro.train.config import config_identity
     from dmlrepro.train.config import resolve_run_config
 
     plain = resolve_run_config({"eval": {"distance": "euclidean"}})
-    assert "normalize" not in run_identity(plain)["eval"]
+    assert "normalize" not in config_identity(plain)["eval"]
     old = copy.deepcopy(plain)
     old["eval"].pop("normalize")
     assert config_hash(plain) == config_hash(old)

@@ -84,7 +84,7 @@ def sample_run(synth_root, tmp_path_factory):
         what = orig_step(self, x, y)
         steps.append({"x": x.clone(), "y": self.labelmap(y.clone()), "theta": before, "indices": indices,
                       "value": float(self._loss_sum) - loss_before, "what": what,
-                      "global_step": self.pos["global_step"],
+                      "global_step": self.state.global_step,
                       "grads": {n: p.grad.clone() for n, p in self.model.named_parameters() if p.grad is not None},
                       "lam": self.projections.reg.lam})
         return what
@@ -269,7 +269,8 @@ def test_alternation_picks_are_kcenter_seeded_with_the_samples_at_theta_star(sam
 
 # -- 4. default off: run ids and behaviour unchanged ---------------------------------------------------
 def test_default_is_trainable_and_leaves_run_ids_unchanged(synth_root):
-    from dmlrepro.runs import config_hash, run_identity
+    from dmlrepro.runs import config_hash
+    from dmlrepro.train.config import config_identity
     from dmlrepro.train.config import DEFAULTS, config_identity, without_late_defaults
 
     assert DEFAULTS["asap"]["proxies"] == "trainable"
@@ -282,7 +283,7 @@ def test_default_is_trainable_and_leaves_run_ids_unchanged(synth_root):
     old = copy.deepcopy(resolved)
     old["asap"].pop("proxies")
     assert config_hash(old) == config_hash(resolved)
-    assert "proxies" not in run_identity(resolved)["asap"]
+    assert "proxies" not in config_identity(resolved)["asap"]
     assert config_identity(old) == config_identity(resolved)
     # a run without ASAP: no asap section in its identity, from an old or a new config
     plain = resolve_run_config({**copy.deepcopy(cfg), "asap": {"enabled": False}, "validation": {"split": None},
@@ -293,7 +294,7 @@ def test_default_is_trainable_and_leaves_run_ids_unchanged(synth_root):
     assert config_hash(plain) == config_hash(old_plain)
     # sample-based is another run
     assert config_hash(resolve_run_config(sample_config(synth_root))) != config_hash(resolved)
-    assert run_identity(resolve_run_config(sample_config(synth_root)))["asap"]["proxies"] == "samples"
+    assert config_identity(resolve_run_config(sample_config(synth_root)))["asap"]["proxies"] == "samples"
 
 
 def test_bad_proxies_value_names_the_key(synth_root):

@@ -250,7 +250,7 @@ def test_followup_loss_needs_no_epochs_with_plateau(tmp_path):
 
 
 def test_the_default_trigger_leaves_run_ids_unchanged(tmp_path):
-    from dmlrepro.runs import config_hash, run_identity
+    from dmlrepro.runs import config_hash
     from dmlrepro.train.config import config_identity, without_late_defaults
 
     fixed = plateau_config(tmp_path, followup={"epochs": 3, "lr": 0.005, "lr_mult": {"head": 0.5},
@@ -262,11 +262,11 @@ def test_the_default_trigger_leaves_run_ids_unchanged(tmp_path):
     assert resolved["followup"]["trigger"] == "epochs"
     # computed before followup.trigger existed, when `deterministic: true` was still part of a run's
     # identity (it is a runtime key now: every run id changed with it, and only with it)
-    identity = {**run_identity(resolved), "deterministic": True}
+    identity = {**config_identity(resolved), "deterministic": True}
     old = hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str).encode())
     assert old.hexdigest()[:10] == "542c956e6f"
     assert config_hash(resolved) == "4e40af01c5"
-    for ident in (run_identity(resolved), without_late_defaults(resolved), config_identity(resolved)):
+    for ident in (without_late_defaults(resolved), config_identity(resolved)):
         assert "trigger" not in ident["followup"]
     explicit = copy.deepcopy(fixed)
     explicit["followup"]["trigger"] = "epochs"
@@ -274,7 +274,7 @@ def test_the_default_trigger_leaves_run_ids_unchanged(tmp_path):
     plateau = copy.deepcopy(fixed)
     plateau["followup"]["trigger"] = "plateau"
     assert config_hash(resolve_run_config(plateau)) != "4e40af01c5"
-    assert run_identity(resolve_run_config(plateau))["followup"]["trigger"] == "plateau"
+    assert config_identity(resolve_run_config(plateau))["followup"]["trigger"] == "plateau"
 
 
 def test_schedule_restart_keeps_the_best_and_counts_patience_again():

@@ -472,7 +472,8 @@ def test_valid_fold_is_accepted(tmp_path):
 
 # -- 8. identity ------------------------------------------------------------------------------------------
 def test_run_identity_unchanged_without_validation_or_asap(tmp_path):
-    from dmlrepro.runs import config_hash, run_identity
+    from dmlrepro.runs import config_hash
+    from dmlrepro.train.config import config_identity
     from dmlrepro.train.config import LATE_DEFAULTS, config_identity, without_late_defaults
 
     plain = asap_config(tmp_path, loss={"name": "proxy_anchor", "hparams": {}})
@@ -481,7 +482,7 @@ def test_run_identity_unchanged_without_validation_or_asap(tmp_path):
     plain["eval"] = {"select": "last"}
     resolved = resolve_run_config(plain)
     assert "validation" in resolved and "asap" in resolved
-    ident = run_identity(resolved)
+    ident = config_identity(resolved)
     assert "validation" not in ident and "asap" not in ident
     assert "validation" not in without_late_defaults(resolved) and "asap" not in without_late_defaults(resolved)
     assert "validation" not in config_identity(resolved) and "asap" not in config_identity(resolved)
@@ -497,7 +498,7 @@ def test_run_identity_unchanged_without_validation_or_asap(tmp_path):
     # a validation split is another run, and so is any ASAP setting
     split = resolve_run_config({**copy.deepcopy(plain), "validation": {"split": "fold"}})
     assert config_hash(split) != config_hash(resolved)
-    assert "validation" in run_identity(split)
+    assert "validation" in config_identity(split)
     fold2 = resolve_run_config({**copy.deepcopy(plain), "validation": {"split": "fold", "fold": 2}})
     assert config_hash(fold2) != config_hash(split)
     b = resolve_run_config({**copy.deepcopy(plain), "asap": {"b": 5}})

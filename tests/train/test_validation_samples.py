@@ -70,11 +70,11 @@ def test_fraction_leaves_existing_run_ids_unchanged(synth_root):
 
 def test_a_stored_identity_without_fraction_splits_at_the_default(synth_root):
     """config.yaml / the report's run records drop `fraction` at 0.1: the same rows as an explicit 0.1."""
-    from dmlrepro.runs import run_identity
+    from dmlrepro.train.config import config_identity
     from dmlrepro.train.data import open_manifest, validation_rows
 
     cfg = resolve_run_config(samples_config(synth_root, validation__fraction=0.1))
-    stored = run_identity(cfg)["validation"]
+    stored = config_identity(cfg)["validation"]
     assert "fraction" not in stored and stored["split"] == "samples"
     manifest = open_manifest(cfg["dataset"])
     explicit, implicit = validation_rows(cfg["validation"], manifest), validation_rows(stored, manifest)

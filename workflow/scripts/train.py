@@ -5,7 +5,8 @@ from pathlib import Path
 
 from dmlrepro.preflight.projection import job_budget_env
 from dmlrepro.steplog import log_to
-from dmlrepro.runs import deep_merge, job_runtime
+from dmlrepro.nested import deep_merge
+from dmlrepro.runs import job_runtime
 from dmlrepro.train import train_run
 
 runtime = job_runtime(snakemake.params.data_root, snakemake.threads, snakemake.config.get("cache_images", False))

@@ -8,7 +8,7 @@ Measured (:class:`Measurement`):
 * ``images_per_second``: the engine's training DataLoader (the configured transforms, sampler and
   workers, at most the CPUs this process may use), from its creation to the last of at least
   ``steps + 1`` and ``2 × workers`` batches (worker start-up included);
-* ``step_seconds``: one optimizer step of the engine (``_Trainer._step``) on batches already in
+* ``step_seconds``: one optimizer step of the engine (``Trainer.step``) on batches already in
   memory, the device synchronised around it; the median of the steps after the first (the only
   one with ``--steps 1``); ``synthetic_images_per_second`` = batch / step_seconds;
 * ``eval_images_per_second``: the engine's ``compute_embeddings`` over one evaluation batch of
@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from dmlrepro.runs import deep_merge
+from dmlrepro.nested import deep_merge
 from dmlrepro.train.config import resolve_run_config
 from dmlrepro.train.runtime import available_cpus
 
@@ -95,12 +95,17 @@ def measure_shape(cfg: dict[str, Any], steps: int) -> Measurement:
 def _measure(cfg: dict[str, Any], steps: int, outdir: Path, result: Measurement) -> None:
     with engine_process(cfg) as run_cfg:
         trainer, lrs = build_trainer(run_cfg, outdir)
-        result.amp = str(trainer.amp_dtype).removeprefix("torch.") if trainer.amp_dtype is not None else "off"
-        result.batch_size, result.workers = run_cfg["dataset"]["batch_size"], run_cfg["num_workers"]
-        batches, result.images_per_second = load_batches(trainer, steps)
-        result.step_seconds = time_steps(trainer, lrs, batches, steps)
-        result.synthetic_images_per_second = result.batch_size / result.step_seconds
-        result.eval_images_per_second = evaluate_small(trainer)
+        with contextlib.closing(trainer):
+            _measure_trainer(trainer, lrs, run_cfg, steps, result)
+
+
+def _measure_trainer(trainer, lrs: dict[str, float], run_cfg: dict[str, Any], steps: int, result: Measurement) -> None:
+    result.amp = str(trainer.amp_dtype).removeprefix("torch.") if trainer.amp_dtype is not None else "off"
+    result.batch_size, result.workers = run_cfg["dataset"]["batch_size"], run_cfg["num_workers"]
+    batches, result.images_per_second = load_batches(trainer, steps)
+    result.step_seconds = time_steps(trainer, lrs, batches, steps)
+    result.synthetic_images_per_second = result.batch_size / result.step_seconds
+    result.eval_images_per_second = evaluate_small(trainer)
 
 
 @contextlib.contextmanager
@@ -108,7 +113,7 @@ def engine_process(cfg: dict[str, Any]):
     """The process settings a training job runs under (``dmlrepro.train.engine._train_locked``):
     the runtime keys made concrete for this device, the speed options, deterministic algorithms and
     the thread count; restored afterwards. Yields the concrete config."""
-    from dmlrepro.train.engine import resolve_device
+    from dmlrepro.train.runtime import resolve_device
     from dmlrepro.train.runtime import apply_speed, resolve_runtime, restore_speed
     from dmlrepro.train.seeding import DeterminismGuard
 
@@ -125,16 +130,12 @@ def build_trainer(cfg: dict[str, Any], outdir: Path):
     """(the engine's trainer, its optimizer groups' lrs): the trainer at its first trained epoch's settings (lrs, followup attributes,
     trainability after a warm-up: a frozen trunk would not measure training), ASAP's first
     selection where the step needs it (sample-based proxies)."""
-    from dmlrepro.train.engine import _plain_yaml, _Trainer
+    from dmlrepro.train.engine import Trainer
 
-    trainer = _Trainer(cfg, _plain_yaml(cfg), outdir, False, None)
-    epoch = cfg["warmup_epochs"] + 1
-    trainer.pos["epoch"] = epoch
-    lrs = trainer._apply_epoch_settings(epoch)
+    trainer = Trainer.for_measurement(cfg, outdir)
+    lrs = trainer.start_epoch(cfg["warmup_epochs"] + 1)
     if trainer.projections is not None and trainer.projections.samples:
         trainer.projections.initialize()  # eq. 4.10: the selected samples are part of every step
-    trainer.model.train()
-    trainer.loss.train()
     return trainer, lrs
 
 
@@ -144,7 +145,7 @@ def load_batches(trainer, steps: int) -> tuple[list[tuple[torch.Tensor, torch.Te
     wanted = min(max(steps + 1, 2 * trainer.cfg["num_workers"]), trainer.sampler.num_batches())
     kept, images = [], 0
     start = time.perf_counter()
-    for i, (x, y, _) in enumerate(trainer.epoch_loader(trainer.pos["epoch"])):
+    for i, (x, y, _) in enumerate(trainer.epoch_loader(trainer.state.epoch)):
         images += len(x)
         if i < steps:
             kept.append((x, y))
@@ -159,16 +160,16 @@ def load_batches(trainer, steps: int) -> tuple[list[tuple[torch.Tensor, torch.Te
 def time_steps(trainer, lrs: dict[str, float], batches: list[tuple[torch.Tensor, torch.Tensor]], steps: int) -> float:
     """Seconds per optimizer step of the engine on in-memory batches; raises when the loss or the
     gradients are not finite (the engine's divergence check)."""
-    trainer._open_window()
+    trainer.open_window()
     times = []
     for x, y in batches[:steps]:
         _sync_device(trainer.device)
         start = time.perf_counter()
-        trainer._step(x, y)
+        trainer.step(x, y)
         _sync_device(trainer.device)
         times.append(time.perf_counter() - start)
-        trainer.pos["batch"] += 1
-    bad = trainer._sync(trainer.pos["epoch"], lrs)
+        trainer.state.batch += 1
+    bad = trainer.sync(trainer.state.epoch, lrs)
     if bad:
         raise FloatingPointError(f"non-finite {bad['what']} at step {bad['step']} of the preflight")
     return statistics.median(times[1:] if len(times) > 1 else times)

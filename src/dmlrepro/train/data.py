@@ -219,7 +219,8 @@ class SeededBatchSampler(Sampler):
 
 
 class SeededDataset(Dataset):
-    """``ds[(i, seed)]`` = ``ds[i]`` with torch's generator seeded by ``seed`` for the transform."""
+    """``ds[(i, seed)]`` = ``ds[i]`` with torch's generator seeded by ``seed`` for the transform
+    (``seed`` None: ``ds[i]`` as is)."""
 
     def __init__(self, ds):
         self.ds = ds
@@ -229,6 +230,8 @@ class SeededDataset(Dataset):
 
     def __getitem__(self, key):
         i, s = key
+        if s is None:  # no random transform to seed (evaluation)
+            return self.ds[int(i)]
         gen = torch.default_generator  # torch.manual_seed would also record a stack trace per call
         saved = gen.get_state()
         gen.manual_seed(int(s))

@@ -13,10 +13,7 @@ from torch.utils.data import DataLoader
 
 log = logging.getLogger(__name__)
 
-EMBEDDINGS_FILE = "embeddings_test.npz"  # the test split (the queries, with a gallery)
-GALLERY_FILE = "embeddings_gallery.npz"  # dataset.gallery_split (query→gallery evaluation, In-Shop)
-BEST_MODEL_FILE = "best_model.pt"
-BEST_VAL_MODEL_FILE = "best_val_model.pt"  # eval.select best_val (train/validation.py)
+from .state import BEST_MODEL_FILE, BEST_VAL_MODEL_FILE, EMBEDDINGS_FILE, GALLERY_FILE, RunDir  # noqa: F401 (re-exported)
 
 
 @torch.no_grad()
@@ -129,14 +126,14 @@ def final_metrics(outdir: Path, cfg: dict[str, Any], extra: dict[str, Any]) -> d
     from dmlrepro.atomic import write_json_atomic
     from dmlrepro.evaluation import evaluate_embeddings_file
 
-    e = cfg["eval"]
-    gallery = outdir / GALLERY_FILE if cfg["dataset"]["gallery_split"] else None
-    res = evaluate_embeddings_file(outdir / EMBEDDINGS_FILE, None, ks=tuple(e["ks"]), distance=e["distance"],
+    e, rundir = cfg["eval"], RunDir(outdir)
+    gallery = rundir.embeddings(gallery=True) if cfg["dataset"]["gallery_split"] else None
+    res = evaluate_embeddings_file(rundir.embeddings(), None, ks=tuple(e["ks"]), distance=e["distance"],
                                    nmi=e["nmi"], nmi_seed=cfg["seed"], gallery_path=gallery,
                                    device=metrics_device(cfg), backend=knn_backend(cfg),
                                    normalize=e.get("normalize", "none"))
     res.update(extra)
-    write_json_atomic(outdir / "metrics.json", res)
+    write_json_atomic(rundir.metrics, res)
     return res
 
 
@@ -150,28 +147,29 @@ def evaluate_run(outdir, *, device: str | None = None, progress: bool | None = N
     from .checkpoint import load_latest, read_checkpoint
     from .config import load_run_config, resolve_run_config
     from .data import build_datasets, build_gallery, open_manifest
-    from .engine import resolve_device
+    from .runtime import resolve_device
     from .modeling import build_run_model
 
     outdir = Path(outdir)
-    cfg = resolve_run_config(load_run_config(outdir / "config.yaml"))
-    mpath = outdir / "metrics.json"
+    rundir = RunDir(outdir)
+    cfg = resolve_run_config(load_run_config(rundir.config))
+    mpath = rundir.metrics
     record = json.loads(mpath.read_text()) if mpath.is_file() else {}
     if record.get("status") == "diverged":
         log.info("%s: the run diverged; its recorded metrics are kept", outdir)
         return record
-    emb_path = outdir / EMBEDDINGS_FILE
+    emb_path = rundir.embeddings()
     if not emb_path.is_file():
-        ckdir = outdir / "checkpoints"
-        best_file = {"best_test": BEST_MODEL_FILE, "best_val": BEST_VAL_MODEL_FILE}.get(cfg["eval"]["select"])
-        if best_file and (ckdir / best_file).is_file():
-            state = read_checkpoint(ckdir / best_file)
+        ckdir = rundir.checkpoints
+        best_file = rundir.best_model(cfg["eval"]["select"]) if cfg["eval"]["select"] in ("best_test", "best_val") else None
+        if best_file and best_file.is_file():
+            state = read_checkpoint(best_file)
             model_state, epoch = state["model"], state["epoch"]
         else:
             found = load_latest(ckdir)
             if found is None or found[0]["position"]["epoch"] <= cfg["epochs"]:
                 raise FileNotFoundError(f"{outdir}: no {EMBEDDINGS_FILE} and no final checkpoint; "
-                                        f"run `dmlrepro train {outdir / 'config.yaml'} {outdir}` first")
+                                        f"run `dmlrepro train {rundir.config} {outdir}` first")
             model_state, epoch = found[0]["model"], cfg["epochs"]
         dev = resolve_device(device or cfg["device"])
         model = build_run_model(cfg)
@@ -183,7 +181,7 @@ def evaluate_run(outdir, *, device: str | None = None, progress: bool | None = N
         sets = [(test_ds, emb_path, cfg["dataset"]["test_split"])]
         gallery_ds = build_gallery(cfg["dataset"], manifest, model)
         if gallery_ds is not None:
-            sets.append((gallery_ds, outdir / GALLERY_FILE, cfg["dataset"]["gallery_split"]))
+            sets.append((gallery_ds, rundir.embeddings(gallery=True), cfg["dataset"]["gallery_split"]))
         for ds, path, split in sets:
             emb, labels, rows = compute_embeddings(model, ds, batch_size=cfg["dataset"]["eval_batch_size"],
                                                    device=dev, num_workers=cfg["num_workers"],

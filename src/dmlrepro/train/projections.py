@@ -48,10 +48,12 @@ def _seed(seed: int, alternation: int, *extra: int) -> int:
 class Projections:
     """ASAP state of one run: proximal regulariser, best-in-projection snapshot, k-Center picks."""
 
-    def __init__(self, trainer):
-        self.t = trainer
-        self.cfg = trainer.cfg["asap"]
-        model, loss = trainer.model, trainer.loss
+    def __init__(self, cfg: dict, *, model, loss, optimizer, embedder, train_ds, train_eval_ds, labelmap):
+        """`cfg` the run config; `embedder` the run's :class:`~dmlrepro.train.embedder.Embedder`;
+        `train_eval_ds` a callable returning the training images with the eval transform."""
+        self.cfg, self.seed = cfg["asap"], cfg["seed"]
+        self.model, self.loss, self.optimizer, self.embedder = model, loss, optimizer, embedder
+        self.train_ds, self.train_eval_ds, self.labelmap = train_ds, train_eval_ds, labelmap
         self.names = [n for n, p in model.named_parameters() if p.requires_grad]
         self.reg = ProximalRegularizer([p for p in model.parameters() if p.requires_grad], lam=0.0,
                                        exclude=loss.parameters())
@@ -67,7 +69,7 @@ class Projections:
     # -- embedding pools with some weights -----------------------------------------------------------
     @contextlib.contextmanager
     def _weights(self, state: dict[str, torch.Tensor] | None):
-        model = self.t.model
+        model = self.model
         if state is None:
             yield
             return
@@ -79,44 +81,28 @@ class Projections:
             model.load_state_dict(live)
 
     def _embedder(self, selection: int, *salt: int):
-        t = self.t
-        ds = t.train_ds if self.cfg["pool_augment"] else t.train_eval_ds()
-        base = _seed(t.cfg["seed"], selection, *salt)
-        batch = t.cfg["dataset"]["eval_batch_size"]
+        """embed(indices): the pool through the run's loader, BN in inference mode (ASAP-R6), pool
+        image k under the seed (run seed, selection, salt) + k."""
+        ds = self.train_ds if self.cfg["pool_augment"] else self.train_eval_ds()
+        base = _seed(self.seed, selection, *salt)
 
-        @torch.no_grad()
         def embed(indices: torch.Tensor) -> torch.Tensor:
-            from .data import SeededDataset
-
-            items = SeededDataset(ds)
-            was = t.model.training
-            t.model.eval()  # BN in inference mode (ASAP-R6)
-            out = []
-            try:
-                idx = indices.tolist()
-                for start in range(0, len(idx), batch):
-                    x = torch.stack([items[(i, base + start + j)][0] for j, i in enumerate(idx[start:start + batch])])
-                    with torch.autocast(t.device.type, dtype=t.amp_dtype or torch.float32,
-                                        enabled=t.amp_dtype is not None):
-                        out.append(t.model(x.to(t.device)).float())
-            finally:
-                t.model.train(was)
-            return torch.cat(out)
+            return self.embedder.embed_seeded(ds, indices, base, desc=f"k-Center pool {selection}")
 
         return embed
 
     def _labels(self) -> torch.Tensor:
-        return self.t.labelmap(torch.as_tensor(self.t.train_ds.labels, dtype=torch.long)).cpu()
+        return self.labelmap(torch.as_tensor(self.train_ds.labels, dtype=torch.long)).cpu()
 
     def _generator(self, selection: int) -> torch.Generator:
         g = torch.Generator()
-        g.manual_seed(_seed(self.t.cfg["seed"], selection) ^ 0x5A)
+        g.manual_seed(_seed(self.seed, selection) ^ 0x5A)
         return g
 
     # -- hooks called by the engine ------------------------------------------------------------------
     def initialize(self) -> dict[str, Any]:
         """The first proxies (Alg. 1's first outer iteration); θ* = θ."""
-        loss, c = self.t.loss, self.cfg
+        loss, c = self.loss, self.cfg
         sel = initial_proxies(self._embedder(0), self._labels(), loss.num_classes, loss.proxies_per_class, c["b"],
                               self._generator(0), first_init=c["first_init"], small_budget=c["small_budget"],
                               normalize=c["normalize"])
@@ -134,25 +120,25 @@ class Projections:
         manifest rows, one list per class, column k = proxy k)."""
         self.indices = indices.detach().cpu().long().clone()
         self._anchor_x = None
-        rows = np.asarray(self.t.train_ds.rows)[self.indices.numpy()]
+        rows = np.asarray(self.train_ds.rows)[self.indices.numpy()]
         return {"samples": self.indices.tolist(), "sample_rows": rows.tolist()}
 
     def anchor_images(self) -> torch.Tensor:
         """(C·P, ...) images of the selected samples with the eval transform (deterministic: no
         augmentation), row c·P + k = proxy k of class c, on the device; loaded once per selection."""
         if self._anchor_x is None:
-            ds = self.t.train_eval_ds()
-            self._anchor_x = torch.stack([ds[int(i)][0] for i in self.indices.flatten().tolist()]).to(self.t.device)
+            ds = self.train_eval_ds()
+            self._anchor_x = torch.stack([ds[int(i)][0] for i in self.indices.flatten().tolist()]).to(self.embedder.device)
         return self._anchor_x
 
     def record_anchors(self, z: torch.Tensor) -> None:
         """Store this step's anchor embeddings (detached) as the loss's proxy values (a record for
         checkpoints, proxy metrics and the report; the loss never trains them)."""
-        self.t.loss.set_proxies(z.detach())
+        self.loss.set_proxies(z.detach())
 
     def _sample_seeds(self, embed) -> torch.Tensor:
         """The k-Center seeds of sample-based ASAP: the selected samples embedded like the pool."""
-        loss = self.t.loss
+        loss = self.loss
         return embed(self.indices.flatten()).view(loss.num_classes, loss.proxies_per_class, -1)
 
     def after_backward(self) -> None:
@@ -161,10 +147,9 @@ class Projections:
 
     def on_evaluation(self, decision, val_embeddings: dict[str, np.ndarray] | None) -> dict[str, Any] | None:
         """Act on the schedule's decision after a validation; returns the alternation's log fields."""
-        t = self.t
         if decision.improved_projection and self.cfg["anchor"] == "best":
-            self.best_model = copy.deepcopy(t.model.state_dict())
-            self.best_proxies = t.loss.proxies.detach().clone()
+            self.best_model = copy.deepcopy(self.model.state_dict())
+            self.best_proxies = self.loss.proxies.detach().clone()
             if self.cfg["save_val_embeddings"]:
                 self.best_val = val_embeddings
         if decision.stop or not decision.alternate:
@@ -172,22 +157,22 @@ class Projections:
             return None
         start = time.perf_counter()
         anchor_model = self.best_model if self.cfg["anchor"] == "best" else None
-        anchor_proxies = self.best_proxies if self.cfg["anchor"] == "best" else t.loss.proxies.detach().clone()
-        state = anchor_model if anchor_model is not None else t.model.state_dict()
+        anchor_proxies = self.best_proxies if self.cfg["anchor"] == "best" else self.loss.proxies.detach().clone()
+        state = anchor_model if anchor_model is not None else self.model.state_dict()
         self.reg.snapshot([state[n] for n in self.names])  # θ* ← θ_bp
         c = self.cfg
         with self._weights(anchor_model):
             if self.samples:  # the selected samples at θ*, embedded as the pool is (same space)
                 anchor_proxies = self._sample_seeds(self._embedder(self.selections, 1))
             sel = select_proxies(self._embedder(self.selections), self._labels(),
-                                 anchor_proxies.view(t.loss.num_classes, t.loss.proxies_per_class, -1), c["b"],
+                                 anchor_proxies.view(self.loss.num_classes, self.loss.proxies_per_class, -1), c["b"],
                                  self._generator(self.selections), small_budget=c["small_budget"],
                                  normalize=c["normalize"])
-        t.loss.set_proxies(sel.proxies)
+        self.loss.set_proxies(sel.proxies)
         self.selections += 1
         self.reg.lam = decision.lam
         if decision.reset_optimizer:
-            t.optimizer.state.clear()
+            self.optimizer.state.clear()
         fields = {"kcenter_seconds": time.perf_counter() - start, "pool_size": int(sel.pool.shape[1]),
                   "theta_distance": self.reg.distance()}
         if self.samples:

@@ -58,3 +58,16 @@ def apply_speed(speed: dict[str, Any], deterministic: bool) -> tuple:
 
 def restore_speed(prev: tuple) -> None:
     torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
+
+
+def resolve_device(name: str) -> torch.device:
+    """The run's torch device: ``auto`` is CUDA where a GPU is visible, else the CPU."""
+    from .config import ConfigError
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"run config: device = {name!r}: expected a device that exists (no CUDA GPU is visible); "
+                          f"use 'auto' or 'cpu'")
+    return dev

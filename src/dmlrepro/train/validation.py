@@ -31,22 +31,27 @@ import numpy as np
 from dmlrepro.asap import AlternationSchedule
 from dmlrepro.atomic import write_json_atomic
 
-from .checkpoint import write_verified
-from .evaluate import BEST_VAL_MODEL_FILE, compute_embeddings, embedding_metrics
+from . import checkpoint as _checkpoint
+from .evaluate import embedding_metrics
+from .state import VAL_EMBEDDINGS_DIR, VALIDATION_LOG_FILE as LOG_FILE, RunDir
 
-LOG_FILE = "validation_log.json"
-VAL_EMBEDDINGS_DIR = "projections"
+__all__ = ["LOG_FILE", "VAL_EMBEDDINGS_DIR", "Validation"]
 
 
 class Validation:
-    def __init__(self, trainer, dataset):
-        self.t, self.ds = trainer, dataset
-        cfg = trainer.cfg
+    """The after-epoch validation hook: embeds the validation classes with the run's
+    :class:`~dmlrepro.train.embedder.Embedder`, feeds the schedule and acts on its decision
+    (best-validation model, ASAP's :class:`~dmlrepro.train.projections.Projections`)."""
+
+    def __init__(self, cfg: dict, dataset, *, model, embedder, rundir: RunDir, steps_per_epoch: int,
+                 projections=None):
+        self.cfg, self.ds, self.model, self.embedder, self.rundir = cfg, dataset, model, embedder, rundir
+        self.projections = projections
         v, a = cfg["validation"], cfg["asap"]
         asap = a["enabled"]
         patience = v["patience"] if v["patience"] is not None else sys.maxsize
         self.schedule = AlternationSchedule(
-            eval_every=max(trainer.sampler.num_batches(), 1), projection_patience=a["projection_patience"] if asap else 1,
+            eval_every=max(steps_per_epoch, 1), projection_patience=a["projection_patience"] if asap else 1,
             global_patience=patience, min_delta=v["min_delta"], lam=a["lam"] if asap else 0.0,
             alternate=asap and a["alternate"], lambda_first_projection=a["lambda_first_projection"],
             anchor=a["anchor"], reset_optimizer=a["reset_optimizer"], max_alternations=a["max_alternations"])
@@ -57,24 +62,20 @@ class Validation:
     def stopped(self) -> bool:
         return self.schedule.stopped
 
-    def evaluate(self, epoch: int) -> dict[str, float] | None:
-        """Validation metrics after `epoch` (None if the embeddings are not finite), and the
-        schedule's decision acted upon."""
-        t = self.t
-        cfg = t.cfg
-        emb, labels, rows = compute_embeddings(t.model, self.ds, batch_size=cfg["dataset"]["eval_batch_size"],
-                                               device=t.device, num_workers=cfg["num_workers"], amp_dtype=t.amp_dtype,
-                                               progress=t.progress, desc=f"validate epoch {epoch}")
+    def evaluate(self, epoch: int, step: int) -> dict[str, float] | None:
+        """Validation metrics after `epoch` (global optimizer step `step`; None if the embeddings
+        are not finite), and the schedule's decision acted upon."""
+        cfg = self.cfg
+        emb, labels, rows = self.embedder.embed(self.ds, desc=f"validate epoch {epoch}")
         metrics = embedding_metrics(emb, labels, {**cfg, "eval": {**cfg["eval"], "nmi": False}})
         if metrics is None:
             return None
-        step = t.pos["global_step"]
         decision = self.schedule.observe(step, metrics[self.metric])
         if decision.improved_global and cfg["eval"]["select"] == "best_val":
-            write_verified(t.ckdir / BEST_VAL_MODEL_FILE, {"epoch": epoch, "model": t.model.state_dict()})
-        if t.projections is not None:
+            _checkpoint.write_verified(self.rundir.best_model("best_val"), {"epoch": epoch, "model": self.model.state_dict()})
+        if self.projections is not None:
             val = {"embeddings": emb, "labels": labels, "rows": rows}
-            fields = t.projections.on_evaluation(decision, val)
+            fields = self.projections.on_evaluation(decision, val)
             if fields is not None:
                 self.schedule.record_alternation(epoch=epoch, **fields)
                 self._projection_ended(decision.projection - 1, val)
@@ -86,13 +87,12 @@ class Validation:
         """With asap.save_val_embeddings: the validation embeddings at the solution θ* of the projection
         that just ended (an alternation, the early stop or the epoch cap), ASAP Fig. 7; `current` (this
         evaluation's) stands in when the projection recorded no best."""
-        t = self.t
-        val = t.projections.best_val or current if t.projections is not None else None
-        if val is None or not t.cfg["asap"]["save_val_embeddings"]:
+        val = self.projections.best_val or current if self.projections is not None else None
+        if val is None or not self.cfg["asap"]["save_val_embeddings"]:
             return
         from dmlrepro.evaluation import save_embeddings
 
-        folder = t.outdir / VAL_EMBEDDINGS_DIR
+        folder = self.rundir.val_embeddings
         folder.mkdir(exist_ok=True)
         save_embeddings(folder / f"projection-{projection}_val.npz", val["embeddings"], val["labels"], val["rows"],
                         split="validation", meta={"projection": projection})
@@ -100,16 +100,16 @@ class Validation:
     def record_selection(self, fields: dict[str, Any]) -> None:
         self.selections.append(fields)
 
-    def start_followup(self) -> None:
+    def start_followup(self, step: int) -> None:
         """Patience ran out in phase 1 of a ``followup.trigger: plateau`` run: no stop; the patience
         count starts again from this evaluation, the best so far is kept (the log's evaluation
         record says ``restart: "followup"``, its projection record ends with ``"followup"``)."""
-        self.schedule.restart(self.t.pos["global_step"], "followup")
+        self.schedule.restart(step, "followup")
 
-    def finish(self, reason: str = "max_epochs") -> None:
+    def finish(self, step: int, reason: str = "max_epochs") -> None:
         """Close the open projection when the epoch cap (or the phase-2 cap, ``followup_epochs``)
         ends the run before early stopping (and save its validation embeddings, as an early stop does)."""
-        self.schedule.finish(self.t.pos["global_step"], reason)
+        self.schedule.finish(step, reason)
         self._projection_ended(self.schedule.projection, None)
         self.write_log()
 
@@ -121,7 +121,7 @@ class Validation:
 
     def write_log(self) -> None:
         s = self.schedule
-        write_json_atomic(self.t.outdir / LOG_FILE, _finite_or_null({
+        write_json_atomic(self.rundir.validation_log, _finite_or_null({
             "metric": self.metric, "steps_per_evaluation": s.eval_every, "initial_selection": self.selections,
             "evaluations": s.evaluations, "projections": s.projections, "alternations": s.alternations}))
 

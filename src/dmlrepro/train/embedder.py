@@ -1,0 +1,107 @@
+"""One :class:`Embedder` per run: embeds datasets with the run's device, autocast dtype,
+evaluation batch size and loader workers, for test evaluation, validation, proxy metrics and
+ASAP's k-Center pools.
+
+Each dataset gets one DataLoader for the whole run (persistent workers when ``num_workers`` > 0):
+its batch sampler is a :class:`_Feed` whose batches are set before each pass, so a pass costs no
+worker start-up. The stop flag (SIGTERM/SIGUSR1/SIGUSR2) is checked after every batch: a pass
+that sees it raises :class:`EmbeddingInterrupted` (the engine then checkpoints and exits 75).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Sampler
+
+from .data import SeededDataset, loader_generator, worker_init
+
+
+class EmbeddingInterrupted(Exception):
+    """A preemption signal arrived while embedding (the pass is abandoned)."""
+
+
+class _Feed(Sampler):
+    """A batch sampler whose batches (lists of ``(index, seed or None)``) are set before each pass."""
+
+    def __init__(self):
+        self.batches: list[list[tuple[int, int | None]]] = []
+
+    def __iter__(self):
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class Embedder:
+    """Embeddings of a run's model (eval mode: BN in inference mode) over whole datasets or index lists."""
+
+    def __init__(self, model, device: torch.device, *, amp_dtype: torch.dtype | None = None, batch_size: int,
+                 num_workers: int = 0, progress: bool = False, stop: Any = None):
+        self.model, self.device, self.amp_dtype = model, device, amp_dtype
+        self.batch_size, self.num_workers, self.progress, self.stop = int(batch_size), int(num_workers), progress, stop
+        self._loaders: dict[int, tuple[Any, DataLoader, _Feed]] = {}
+
+    def _loader(self, ds) -> tuple[DataLoader, _Feed]:
+        """The dataset's persistent loader (built at its first pass)."""
+        found = self._loaders.get(id(ds))
+        if found is not None and found[0] is ds:
+            return found[1], found[2]
+        feed, nw = _Feed(), self.num_workers
+        loader = DataLoader(SeededDataset(ds), batch_sampler=feed, num_workers=nw, persistent_workers=nw > 0,
+                            worker_init_fn=worker_init if nw else None, generator=loader_generator(0, 0, 17),
+                            pin_memory=self.device.type == "cuda")
+        self._loaders[id(ds)] = (ds, loader, feed)
+        return loader, feed
+
+    @torch.no_grad()
+    def _run(self, ds, batches, desc: str, on_device: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        from tqdm import tqdm
+
+        loader, feed = self._loader(ds)
+        feed.batches = batches
+        model = self.model
+        was_training = model.training
+        model.eval()
+        out, labels = [], []
+        try:
+            for x, y, _ in tqdm(loader, desc=desc, disable=not self.progress, leave=False, dynamic_ncols=True):
+                with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
+                                    enabled=self.amp_dtype is not None):
+                    z = model(x.to(self.device, non_blocking=True))
+                out.append(z.float() if on_device else z.float().cpu())
+                labels.append(y)
+                if self.stop:
+                    raise EmbeddingInterrupted(desc)
+        finally:
+            model.train(was_training)
+        return out, labels
+
+    def embed(self, ds, desc: str = "embed", on_device: bool = False):
+        """(embeddings, labels, manifest rows) of every item of ``ds`` in order: float32 numpy, or a
+        float32 tensor on the device with ``on_device`` (for the metrics to search there)."""
+        n, b = len(ds), self.batch_size
+        batches = [[(i, None) for i in range(s, min(s + b, n))] for s in range(0, n, b)]
+        out, labels = self._run(ds, batches, desc, on_device)
+        emb = torch.cat(out) if on_device else torch.cat(out).numpy().astype(np.float32, copy=False)
+        return emb, torch.cat(labels).numpy(), np.asarray(ds.rows, dtype=np.int64)
+
+    def embed_seeded(self, ds, indices: torch.Tensor, base_seed: int, desc: str = "embed pool") -> torch.Tensor:
+        """(n, D) float32 embeddings on the device of ``ds[indices[k]]``, item k transformed under
+        the seed ``base_seed + k`` (ASAP's k-Center pools: augmentation a pure function of the run)."""
+        idx, b = indices.tolist(), self.batch_size
+        batches = [[(i, base_seed + s + j) for j, i in enumerate(idx[s:s + b])] for s in range(0, len(idx), b)]
+        out, _ = self._run(ds, batches, desc, on_device=True)
+        return torch.cat(out)
+
+    def close(self) -> None:
+        """Stop the loaders' worker processes."""
+        for _, loader, _ in self._loaders.values():
+            it = getattr(loader, "_iterator", None)
+            if it is not None and hasattr(it, "_shutdown_workers"):
+                it._shutdown_workers()
+            loader._iterator = None
+        self._loaders.clear()
