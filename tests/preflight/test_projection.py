@@ -71,3 +71,58 @@ def test_training_job_warns_after_its_first_full_epoch():
 def test_time_limit_reaches_only_slurm_jobs():
     assert job_budget_env(90, {"SLURM_JOB_ID": "12"}) == {TIME_LIMIT_ENV: "90"}
     assert job_budget_env(90, {}) == {}
+
+
+def test_knn_seconds_by_hand():
+    """Hours add queries × references × dimension × the measured rate per evaluation's search."""
+    cfg = cub_run(model={"backbone": "tiny_cnn", "embedding_size": 64})
+    speed = Speed(step_seconds=0.5, batch_size=100, data_images_per_second=1000.0, eval_images_per_second=2000.0,
+                  workers=8)
+    rate = 1e-9  # seconds per query·reference·dimension
+    base = run_hours(cfg, CUB, speed)
+    assert run_hours(cfg, CUB, speed, rate) - base == pytest.approx(201 * 5924 * 5924 * 64 * rate / 3600, rel=1e-12)
+    # a validation split searches its held-out classes after every epoch: 5864 / 4 = 1466 images
+    fold = cub_run(model={"backbone": "tiny_cnn", "embedding_size": 64}, validation={"split": "fold", "n_folds": 4},
+                   eval={"select": "best_val"})
+    extra = run_hours(fold, CUB, speed, rate) - run_hours(fold, CUB, speed)
+    assert extra == pytest.approx((2 * 5924 ** 2 + 200 * 1466 ** 2) * 64 * rate / 3600, rel=1e-12)
+    # In-Shop's query/gallery protocol: queries × gallery
+    inshop = {"train_images": 25882, "query_images": 14218, "gallery_images": 12612}
+    shop = resolve_run_config({"dataset": {"name": "inshop", "batch_size": 100, "test_split": "query",
+                                           "gallery_split": "gallery"}, "epochs": 2,
+                               "model": {"backbone": "tiny_cnn", "embedding_size": 8}})
+    extra = run_hours(shop, inshop, speed, rate) - run_hours(shop, inshop, speed)
+    assert extra == pytest.approx(3 * 14218 * 12612 * 8 * rate / 3600, rel=1e-12)
+
+
+def test_kcenter_selections_by_hand():
+    """ASAP: (1 + epochs // projection_patience) selections, each embedding C × pool images and timing
+    the traversal for (C, pool, P, D)."""
+    from dmlrepro.preflight.projection import kcenter_selections
+
+    asap = dict(model={"backbone": "tiny_cnn", "embedding_size": 128}, epochs=25,
+                loss={"name": "asap_c1", "hparams": {"proxies_per_class": 8}},
+                asap={"enabled": True, "b": 12, "projection_patience": 3}, validation={"split": "fold", "n_folds": 4})
+    cfg = cub_run(**asap)
+    assert kcenter_selections(cfg) == 1 + 25 // 3
+    assert kcenter_selections(cub_run(**{**asap, "asap": {**asap["asap"], "max_alternations": 2}})) == 3
+    assert kcenter_selections(cub_run()) == 0
+    speed = Speed(step_seconds=0.5, batch_size=100, data_images_per_second=1000.0, eval_images_per_second=500.0,
+                  workers=8)
+    calls = []
+
+    def timer(classes, pool, p, dim):
+        calls.append((classes, pool, p, dim))
+        return 3.0
+
+    extra = run_hours(cfg, CUB, speed, 0.0, timer, 100) - run_hours(cfg, CUB, speed)
+    assert calls == [(100, 12, 8, 128)]  # b = 12 ≥ P = 8: a pool of b per class
+    assert extra == pytest.approx(9 * (100 * 12 / 500 + 3.0) / 3600, rel=1e-12)
+    assert run_hours(cub_run(), CUB, speed, 0.0, timer, 100) == run_hours(cub_run(), CUB, speed)  # no ASAP
+
+
+def test_knn_and_kcenter_are_measured():
+    from dmlrepro.preflight.projection import measure_kcenter, measure_knn
+
+    assert 0 < measure_knn(16, 4, "cpu", queries=128, references=256) < 1e-3
+    assert measure_kcenter(64, 12, 4, 16, "cpu") > 0

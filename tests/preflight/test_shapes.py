@@ -68,3 +68,30 @@ experiments:
     assert sorted(members) == ["a", "b"] and len(members["a"]) == 12 and len(members["b"]) == 2
     assert [u.name for u in unresolved] == ["c"]
     assert "delta" in unresolved[0].error and "experiments.c" in unresolved[0].error
+
+
+def test_search_experiments_bring_their_final_stage():
+    """A search experiment's runs: its searches and, after each, the final stage's fold and Complete runs
+    (RSW App. D): seeds × (folds + 1) per search, with the Complete runs' own shape (embedding 64)."""
+    config = {
+        "data_root": "data", "results": "results",
+        "defaults": {"epochs": 4, "model": {"backbone": "tiny_cnn", "embedding_size": 16},
+                     "validation": {"split": "fold", "n_folds": 4, "scheme": "mlrc"}},
+        "datasets": {"synthetic": {"dataset": {"name": "synthetic"}}},
+        "methods": {"pfml": {"loss": {"name": "pfml", "hparams": {"alpha": 4.0}}}},
+        "experiments": {"reality": {
+            "methods": ["pfml"], "datasets": ["synthetic"],
+            "search": {"space": {"optimizer.lr": {"type": "float", "low": 1e-5, "high": 1e-2, "log": True}},
+                       "trials": 3, "folds": [0, 1, 2, 3]},
+            "final": {"seeds": [0, 1, 2], "complete": {"model": {"embedding_size": 64}, "validation": {"split": None}}},
+            "metrics": ["map@r@separated"]}},
+    }
+    shapes, unresolved, members = group_runs(config)
+    assert unresolved == [] and len(members["reality"]) == 1 + 3 * (4 + 1)
+    finals = {run_id for shape in shapes for run_id in shape.finals}
+    searches = {run_id for shape in shapes for run_id in shape.searches}
+    assert len(finals) == 15 and len(searches) == 1 and not finals & searches
+    complete = [run for shape in shapes for run in shape.runs if run.experiments["reality"].get("complete")]
+    assert len(complete) == 3 and all(run.config["model"]["embedding_size"] == 64 for run in complete)
+    config["experiments"]["reality"].pop("final")
+    assert len(group_runs(config)[2]["reality"]) == 1  # no final stage: the search alone

@@ -9,7 +9,10 @@ Each entry's `note` says where PML's definition departs from the paper that intr
 SoftTriple's centre regulariser τ·R(w) (Qian et al. 2019, eq. 10-11) is the hparam `tau`: off (0) by
 default, as in PML's own SoftTripleLoss (so runs without the key keep their ids); when τ > 0 and
 centers_per_class > 1 it is attached as PML's weight regulariser (`weight_regularizer=`,
-`weight_reg_weight=τ`), computed class by class (`BlockSparseCentersRegularizer`).
+`weight_reg_weight=τ`), computed class by class (`BlockSparseCentersRegularizer`, pml_regularizers.py).
+
+PML is imported on purpose only when a baseline is built: `import pytorch_metric_learning` pulls in
+scipy.stats, about a quarter of a training job's start-up, which the papers' own losses do not need.
 """
 
 from __future__ import annotations
@@ -18,8 +21,15 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from pytorch_metric_learning import losses, miners, regularizers
 from torch import nn
+
+
+def __getattr__(name: str):
+    if name == "BlockSparseCentersRegularizer":  # defers PML's import (module docstring) to its first use
+        from .pml_regularizers import BlockSparseCentersRegularizer
+
+        return BlockSparseCentersRegularizer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -67,39 +77,6 @@ class MinedLoss(nn.Module):
         return self.loss(embeddings, labels, self.miner(embeddings, labels))
 
 
-class BlockSparseCentersRegularizer(regularizers.SparseCentersRegularizer):
-    """PML's SparseCentersRegularizer, SoftTriple's R(w) (Qian et al. 2019, eq. 10), computed class by class.
-
-    R(w) = Σ_c Σ_{t<s} sqrt(2 + ε − 2·ŵ_t^c·ŵ_s^c) / (C·K·(K−1)) over the ℓ2-normalised centres of each
-    class. Same value and gradient as PML's class (same clamp of 2·ŵ·ŵ at 2, same ε = finfo.tiny, same
-    divisor), but PML builds the (C·K)² similarity matrix and two (C·K)² boolean masks (on the CPU,
-    copied to the device at every step): 8 GiB + 2 × 2 GiB for SOP with K = 4. This needs C·K².
-    ε: the SoftTriple code uses 1e-5, PML the dtype's smallest normal number; the paper has none.
-    """
-
-    def set_class_masks(self, num_classes, centers_per_class):
-        self.num_classes, self.centers_per_class = int(num_classes), int(centers_per_class)
-        self.pair_mask = torch.triu(torch.ones(centers_per_class, centers_per_class, dtype=torch.bool), diagonal=1)
-
-    def compute_loss(self, weights):
-        c, k = self.num_classes, self.centers_per_class
-        if weights.shape[0] != c * k:
-            raise ValueError(f"SparseCentersRegularizer: {weights.shape[0]} centres, expected {c} classes × {k}")
-        unit = F.normalize(weights, p=2, dim=1)  # what PML's CosineSimilarity does
-        blocks = unit.view(c, k, -1)
-        sims = blocks @ blocks.transpose(1, 2)  # (C, K, K): centres of one class against each other
-        pairs = torch.clamp(2.0 * sims[:, self.pair_mask.to(sims.device)], max=2)  # (C, K(K−1)/2), t < s
-        reg = torch.sqrt(2.0 + torch.finfo(weights.dtype).tiny - pairs).reshape(-1)
-        if self.collect_stats:
-            with torch.no_grad():
-                self.same_class_center_sim = sims[:, self.pair_mask.to(sims.device)].mean().item()
-                n, within = c * k, sims.sum()
-                total = unit.sum(0).square().sum()  # Σ_ij ŵ_i·ŵ_j
-                self.diff_class_center_sim = ((total - within) / max(n * n - c * k * k, 1)).item()
-        return {"loss": {"losses": reg, "indices": torch.arange(reg.numel(), device=reg.device),
-                         "reduction_type": "element", "divisor": c * k * (k - 1)}}
-
-
 class ProxyNCAPaperLoss(nn.Module):
     """ProxyNCA as published (Movshovitz-Attias et al. 2017): the target proxy is left out of the
     denominator, L_i = −log(exp(−s·d(x_i, p_y)) / Σ_{j≠y} exp(−s·d(x_i, p_j))), with d the squared
@@ -123,6 +100,9 @@ def build_baseline(name: str, num_classes: int, embedding_size: int, **hparams) 
     """A baseline by name; `hparams` override the defaults (miner keys: see the two mined losses)."""
     if name == "proxy_nca_paper":
         return ProxyNCAPaperLoss(num_classes, embedding_size, **hparams)
+    # deferred heavy import on purpose: PML (and scipy.stats) load only for the runs that use a baseline
+    from pytorch_metric_learning import losses, miners
+
     spec = BASELINES[name]
     miner_args = {key: hparams.pop(key) for key in ("miner", "miner_epsilon", "miner_margin") if key in hparams}
     args = {**spec.defaults, **hparams}
@@ -134,6 +114,8 @@ def build_baseline(name: str, num_classes: int, embedding_size: int, **hparams) 
         if not (isinstance(tau, (int, float)) and not isinstance(tau, bool) and tau >= 0):
             raise ValueError(f"soft_triple: tau = {tau!r}: expected a number >= 0")
         if tau > 0 and args["centers_per_class"] > 1:  # R(w) is 0 (and PML's class refuses K = 1) otherwise
+            from .pml_regularizers import BlockSparseCentersRegularizer  # deferred heavy import (PML), on purpose
+
             args["weight_regularizer"] = BlockSparseCentersRegularizer(num_classes, args["centers_per_class"])
             args["weight_reg_weight"] = float(tau)
     loss_class = getattr(losses, spec.pml_class)

@@ -15,6 +15,10 @@ Why it is exact: a pair (a, b) outside the list was last measured between the cu
 ‖p_a − p_b‖ ≥ ‖R_a − R_b‖ − (gap_a − r)/2 − (gap_b − r)/2 ≥ r. The list is thus a superset of the
 near pairs whatever the optimiser did. A point far from every other class may travel far before
 its row is searched again. `stats` records the work done at the last call.
+
+`pairs(..., max_pairs=K)` gives up (returns None and forgets the list) as soon as the list would hold
+more than K pairs: its memory is then spent before the pairs are even gathered (PFML 64-d on SOP at
+initialisation: every one of the 2.6e8 proxy pairs is near), and the caller evaluates all pairs instead.
 """
 
 from __future__ import annotations
@@ -33,11 +37,13 @@ class NeighbourList:
         self.gap = self.first = self.second = None
         self.stats = {"rows_refreshed": 0, "pairs": 0, "rebuilds": 0}
 
-    def pairs(self, points: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def pairs(self, points: torch.Tensor, labels: torch.Tensor,
+              max_pairs: int | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Unordered pairs (i < j) containing every different-class pair closer than `radius`.
 
         `labels` are the points' classes, fixed between calls, with each class's points in one
         contiguous block of rows (the proxies' layout: row j·M + k is proxy k of class j).
+        None when the list would hold more than `max_pairs` pairs (the next call rebuilds it).
         """
         points = points.detach()
         if self.reference is None or self.reference.shape != points.shape or self.reference.device != points.device:
@@ -51,19 +57,26 @@ class NeighbourList:
             moved = torch.linalg.vector_norm(points.float() - self.reference, dim=-1)
             allowance = ((self.gap - self.radius) / 2).clamp_min(self.skin) * (1 - 1e-4)
             rows = torch.nonzero(moved > allowance).flatten()
-        if rows.numel():
-            self._refresh(points.float(), labels, rows)
+        if rows.numel() and not self._refresh(points.float(), labels, rows, max_pairs):
+            self.reset()
+            self.stats.update(rows_refreshed=int(rows.numel()), pairs=-1)
+            return None
         self.stats["rows_refreshed"] = int(rows.numel())
         self.stats["pairs"] = int(self.first.numel())
         return self.first, self.second
 
-    def _refresh(self, points: torch.Tensor, labels: torch.Tensor, rows: torch.Tensor) -> None:
+    def reset(self) -> None:
+        """Forget the list: the next call searches every row."""
+        self.reference = None
+
+    def _refresh(self, points: torch.Tensor, labels: torch.Tensor, rows: torch.Tensor, max_pairs: int | None) -> bool:
         n, device = points.shape[0], points.device
         self.reference[rows] = points[rows]
         in_rows = torch.zeros(n, dtype=torch.bool, device=device)
         in_rows[rows] = True
         keep = ~(in_rows[self.first] | in_rows[self.second])
         firsts, seconds = [self.first[keep]], [self.second[keep]]
+        held = int(keep.sum())
         self.gap[rows] = float("inf")
         sq_norms = torch.linalg.vector_norm(self.reference, dim=-1).square()
         max_norm = float(sq_norms.max().sqrt())
@@ -84,6 +97,9 @@ class NeighbourList:
             x[r[valid], c[valid]] = float("inf")  # same-class pairs are evaluated separately
             row_sq = sq_norms[chunk]
             near = x < lowp_threshold(reach2 + bound - row_sq, x.dtype)[:, None]
+            held += int(near.sum())  # an upper bound on the pairs kept (pairs of two refreshed rows count twice)
+            if max_pairs is not None and held > max_pairs:
+                return False
             ri, ci = torch.nonzero(near, as_tuple=True)
             a = chunk[ri]
             once = ~in_rows[ci] | (a < ci)  # a pair of two refreshed rows is kept from its smaller index
@@ -95,3 +111,4 @@ class NeighbourList:
             column_d2 = torch.add(x, row_sq.to(x.dtype)[:, None]).amin(0).float()
             self.gap = torch.minimum(self.gap, (column_d2 - column_bound).clamp_min(0).sqrt())
         self.first, self.second = torch.cat(firsts), torch.cat(seconds)
+        return True

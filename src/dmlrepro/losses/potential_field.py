@@ -14,6 +14,12 @@ Both potentials are constant beyond their δ: a different-class pair farther apa
 therefore evaluated as (count · ψ_rep(δ_rep)) + Σ_near (ψ_rep(d) − ψ_rep(δ_rep)), where the near
 pairs come from a no-grad search (sample–proxy) and a Verlet neighbour list (proxy–proxy). The
 value and gradients equal the dense evaluation up to floating-point rounding.
+
+When the near proxy pairs are too many for a list (PAIR_MEMORY_BYTES; PFML 64-d on SOP at
+initialisation: all of them), or an (n, n) matrix too large, the proxy–proxy sum runs over every pair
+in chunks of rows (`chunked_pair_sum`, memory O(rows · n)); the path taken depends only on the current
+proxies (the near pairs counted now), so a resumed run takes the same one — unless a list kept
+from earlier steps overflows on candidates (within δ_rep + 2·skin) that a fresh list would not hold.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from .base import check_embeddings, full_precision
 from .distances import (lowp_rounding_bound, lowp_threshold, paired_distances, pairwise_distances, self_distances,
                         shifted_cross_lowp)
 from .neighbour_list import NeighbourList
@@ -39,6 +46,46 @@ DENSE_SAMPLE_PROXY_PAIRS = 2**14
 DENSE_GPU_BYTES = 2**28
 DENSE_BYTES_PER_PAIR = 16
 PAIR_CHUNK = 2**16  # beyond this many near proxy pairs, evaluate them in checkpointed chunks (memory O(chunk·D))
+# memory the proxy–proxy block may take: beyond it the full matrix is evaluated in row chunks, and a
+# neighbour list that would hold more than PAIR_MEMORY_BYTES / LISTED_PAIR_BYTES pairs gives way to that chunked
+# pass (PFML 64-d on SOP at initialisation: all 2.6e8 proxy pairs lie within δ_rep)
+PAIR_MEMORY_BYTES = 2**28
+LISTED_PAIR_BYTES = 64  # indices, candidate masks and the gathered rows' distances of one listed pair
+CHUNK_BYTES_PER_PAIR = 64  # the few (chunk, n) matrices of one row chunk, in float64, with their gradients
+
+
+class _PrecomputedGradient(torch.autograd.Function):
+    """`value` with the gradient d value / d x already computed (first order; the chunked pass below)."""
+
+    @staticmethod
+    def forward(ctx, x, value, gradient):
+        ctx.save_for_backward(gradient)
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (gradient,) = ctx.saved_tensors
+        return grad_output * gradient, None, None
+
+
+def chunked_pair_sum(q: torch.Tensor, pair_sum, rows: int) -> torch.Tensor:
+    """Σ over row chunks of `pair_sum(q, start, stop)` (a scalar over the pairs of rows start:stop with
+    all of q) and its exact gradient, holding one chunk's (rows, n) matrices at a time: each chunk's
+    graph is built, differentiated and freed before the next (memory O(rows · n), not O(n²))."""
+    n, total = q.shape[0], q.new_zeros(())
+    if not (torch.is_grad_enabled() and q.requires_grad):
+        with torch.no_grad():
+            for start in range(0, n, rows):
+                total = total + pair_sum(q, start, min(start + rows, n))
+        return total
+    gradient = torch.zeros_like(q)
+    for start in range(0, n, rows):
+        leaf = q.detach().requires_grad_()
+        with torch.enable_grad():
+            value = pair_sum(leaf, start, min(start + rows, n))
+            (g,) = torch.autograd.grad(value, leaf)
+        total, gradient = total + value.detach(), gradient + g
+    return _PrecomputedGradient.apply(q, total, gradient)
 
 
 def within(points: torch.Tensor, first: torch.Tensor, second: torch.Tensor, radius: float, chunk: int = PAIR_CHUNK):
@@ -102,6 +149,8 @@ class PotentialFieldLoss(nn.Module):
         self._neighbours = NeighbourList(self.delta_rep, self.delta_rep / 10 if skin is None else skin,
                                          search_dtype=search_dtype)
         self.last_terms: dict[str, torch.Tensor] = {}
+        self.pair_path = None  # how the last call evaluated the proxy–proxy block: "dense", "neighbour", "chunked"
+        self._listed_pairs_fit = True
 
     def _initial_proxies(self, proxy_init: str, std: float | None) -> torch.Tensor:
         # i.i.d. Gaussian (supp. §2, Cor. 1 proof), std √(2/N) by default (PFML-R6)
@@ -127,11 +176,8 @@ class PotentialFieldLoss(nn.Module):
         return self.pair_search == "neighbour"
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        if embeddings.ndim != 2 or embeddings.shape[1] != self.embedding_size:
-            raise ValueError(f"{type(self).__name__}: embeddings must be (B, {self.embedding_size}), "
-                             f"got {tuple(embeddings.shape)}")
-        with torch.autocast(embeddings.device.type, enabled=False):  # energies in fp32 at least (PFML-R7)
-            dtype = torch.promote_types(embeddings.dtype, torch.float32)
+        check_embeddings(self, embeddings, self.embedding_size)
+        with full_precision(embeddings) as dtype:  # energies in fp32 at least (PFML-R7)
             z, y = embeddings.to(dtype), labels.to(embeddings.device).long()
             q = self.proxies.to(dtype)
             if self.normalize_proxies:
@@ -145,11 +191,17 @@ class PotentialFieldLoss(nn.Module):
                 sparse_pp = self._sparse(q.shape[0] ** 2, DENSE_PROXY_PAIRS, z.device)
                 if not sparse_zp:
                     u_zp = self._pair_potential(pairwise_distances(z, q), y[:, None] == self.proxy_labels[None, :]).sum()
-                if not sparse_pp:
-                    diff = self.proxy_labels[:, None] != self.proxy_labels[None, :]
-                    u_pp = u_pp + torch.where(diff, self.repulsion(self_distances(q)), 0.0).sum()
-                if sparse_zp or sparse_pp:
-                    zp, pp = self._near_terms(z, y, q, far, sparse_zp, sparse_pp)
+                pairs, tried = None, sparse_pp and self._listed_pairs_fit
+                if tried:  # None: too many near pairs for the list's memory
+                    pairs = self._near_proxy_pairs(q)
+                if not sparse_pp or pairs is None:
+                    pp_all = self._different_class_proxies(q)
+                    if sparse_pp and not tried and self._listed_pairs_fit:
+                        # the near pairs fit again: the list's sum, as a fresh start here would take
+                        pairs = self._near_proxy_pairs(q)
+                    u_pp = u_pp + (pp_all if pairs is None else 0.0)
+                if sparse_zp or pairs is not None:
+                    zp, pp = self._near_terms(z, y, q, far, sparse_zp, pairs)
                     u_zp, u_pp = u_zp + zp, u_pp + pp
             energy = u_zz + 2.0 * u_zp + u_pp  # eq. (6): each sample–proxy pair appears in both fields
             self.last_terms = {"U_zz": u_zz.detach(), "U_zp": u_zp.detach(), "U_pp": u_pp.detach()}
@@ -174,7 +226,48 @@ class PotentialFieldLoss(nn.Module):
         off_diagonal = ~torch.eye(m, dtype=torch.bool, device=q.device)
         return self.attraction(self_distances(per_class)[:, off_diagonal]).sum()
 
-    def _near_terms(self, z, y, q, far, sparse_zp: bool, sparse_pp: bool):
+    def _different_class_proxies(self, q: torch.Tensor) -> torch.Tensor:
+        """Σ ψ_rep over ordered different-class proxy pairs, from every pair: one (n, n) matrix while it
+        fits PAIR_MEMORY_BYTES, else chunks of rows (`chunked_pair_sum`; same sum, bounded memory)."""
+        n, labels = q.shape[0], self.proxy_labels
+        if n * n * DENSE_BYTES_PER_PAIR <= PAIR_MEMORY_BYTES:
+            self.pair_path = "dense"
+            return torch.where(labels[:, None] != labels[None, :], self.repulsion(self_distances(q)), 0.0).sum()
+        near = []
+
+        def rows_sum(points, start, stop):  # rows start:stop against columns start:, each pair once
+            d = pairwise_distances(points[start:stop], points[start:])
+            diff = labels[start:stop, None] != labels[None, start:]
+            with torch.no_grad():  # for the choice of path at the next call
+                close = diff & (d < self.delta_rep * (1 + 1e-5))
+                near.append(int(close[:, stop - start:].sum()) + int(close[:, :stop - start].sum()) // 2)
+            phi = torch.where(diff, self.repulsion(d), 0.0)
+            # ordered pairs: the (rows, rows) block holds both orders, the columns beyond it one
+            return phi[:, :stop - start].sum() + 2.0 * phi[:, stop - start:].sum()
+
+        self.pair_path = "chunked"
+        total = chunked_pair_sum(q, rows_sum, max(1, PAIR_MEMORY_BYTES // (n * CHUNK_BYTES_PER_PAIR)))
+        # the neighbour list is tried again once the near pairs would fit it
+        self._listed_pairs_fit = sum(near) <= PAIR_MEMORY_BYTES // LISTED_PAIR_BYTES
+        return total
+
+    def _near_proxy_pairs(self, q: torch.Tensor):
+        """The different-class proxy pairs within δ_rep now, in a canonical order; None beyond the memory budget."""
+        listed = self._neighbours.pairs(q, self.proxy_labels, max_pairs=2 * PAIR_MEMORY_BYTES // LISTED_PAIR_BYTES)
+        if listed is None:
+            self._listed_pairs_fit = False
+            return None
+        first, second = within(q, *listed, self.delta_rep)
+        if len(first) > PAIR_MEMORY_BYTES // LISTED_PAIR_BYTES:
+            self._neighbours.reset()  # rebuilt from the positions of its next use, as on a fresh start
+            self._listed_pairs_fit = False
+            return None
+        # a canonical order: the sum must not depend on the list's history (bit-exact resume)
+        order = torch.argsort(first * q.shape[0] + second)
+        self.pair_path = "neighbour"
+        return first[order], second[order]
+
+    def _near_terms(self, z, y, q, far, sparse_zp: bool, pairs):
         """U_zp and the different-class part of U_pp from the near pairs only (module docstring).
 
         The pairs are found without autograd; the proxies they involve are gathered in one
@@ -192,12 +285,9 @@ class PotentialFieldLoss(nn.Module):
                 near = x < lowp_threshold(self.delta_rep ** 2 + bound - z_sq, x.dtype)[:, None]
                 near &= y[:, None] != labels[None, :]
                 i, a = torch.nonzero(near, as_tuple=True)
+        sparse_pp = pairs is not None
         if sparse_pp:
-            first, second = self._neighbours.pairs(q, labels)
-            first, second = within(q, first, second, self.delta_rep)
-            # a canonical order: the sum must not depend on the list's history (bit-exact resume)
-            order = torch.argsort(first * q.shape[0] + second)
-            first, second = first[order], second[order]
+            first, second = pairs
         chunked = len(first) > PAIR_CHUNK
         index = [own, a] if chunked else [own, a, first, second]
         rows = q.index_select(0, torch.cat(index)).split([len(ix) for ix in index])

@@ -9,9 +9,10 @@ their proxies raw (normalised with `normalize_proxies`), RSW raw, ASAP after its
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.nn.functional as F
-from pytorch_metric_learning import losses as pml
 
 from ..asap.losses import ASAPLoss
 from ..asap.normalisation import normalize
@@ -29,6 +30,11 @@ def proxy_points(loss: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
             return normalize(loss.proxies, loss.normalize).detach().clone(), loss.proxy_labels.clone()
         if isinstance(loss, RSWLoss):
             return loss.proxies.detach().clone(), torch.arange(loss.num_classes, device=loss.proxies.device)
+        # deferred heavy import on purpose: PML's classes are looked up, not imported (a loss can only be one
+        # of them once PML is loaded; importing it here would load scipy.stats in every job)
+        pml = sys.modules.get("pytorch_metric_learning.losses")
+        if pml is None:
+            raise ValueError(f"loss {type(loss).__name__} has no proxies")
         if isinstance(loss, (pml.ProxyAnchorLoss, pml.ProxyNCALoss)):
             points, per_class = loss.proxies, 1
         elif isinstance(loss, pml.SoftTripleLoss):  # column c·K + k of fc is centre k of class c

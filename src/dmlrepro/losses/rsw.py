@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .base import check_embeddings, full_precision
 from .distances import pairwise_distances
 
 FUNCTIONS = ("warp", "power")
@@ -101,8 +102,8 @@ class RSWLoss(nn.Module):
         return t.scatter(1, gt, self.warp_ground_truth(t.gather(1, gt)))
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(embeddings.device.type, enabled=False):
-            dtype = torch.promote_types(embeddings.dtype, torch.float32)
+        check_embeddings(self, embeddings, self.embedding_size)
+        with full_precision(embeddings) as dtype:
             labels = labels.to(embeddings.device).long()
             logits = -self.scale * self.warped_distances(embeddings.to(dtype), labels)
             return F.cross_entropy(logits, labels)  # mean_i log(1 + Σ_{j≠y} exp(s(f1 − t_j)))

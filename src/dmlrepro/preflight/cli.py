@@ -20,11 +20,12 @@ from typing import Any
 
 import yaml
 
-from dmlrepro.runs import deep_merge
+from dmlrepro.nested import deep_merge
 from dmlrepro.train.config import resolve_run_config
 
-from .projection import RunCost, Speed, budget_hours, profile_retries, run_hours, split_counts, summarize
-from .shapes import Shape, group_runs
+from .projection import (RunCost, Speed, budget_hours, measure_kcenter, measure_knn, profile_retries, run_hours,
+                         split_counts, summarize)
+from .shapes import Shape, group_runs, train_classes
 from .standin import data_source, missing_weights, weights_warning
 from .stepping import Measurement, preflight_config
 from .worker import ShapeWorker, available_memory_bytes
@@ -123,11 +124,14 @@ def run_preflight(config: dict[str, Any], shapes: list[Shape], unresolved, membe
         measurement, note = _measure(worker, shape, device, steps, batch_size, data_root, scratch, warned)
         if note:
             notes.setdefault(note, []).append(shape.name)
+        if shape.finals:
+            notes.setdefault("final-stage runs projected at their search space's example point (their ids are "
+                             "stand-ins: the best point is known only after the search)", []).append(shape.name)
         rows.append((shape, measurement))
         if measurement.status != "ok":
             problems.append(f"shape {shape.name} failed: {measurement.error}")
             continue
-        costs.extend(_project(config, shape, measurement, data_root, scratch, retries))
+        costs.extend(_project(config, shape, measurement, data_root, scratch, retries, device))
     worker.close()
     for bad in unresolved:
         problems.append(f"experiment {bad.name} does not resolve: {bad.error}")
@@ -175,15 +179,19 @@ def _measure(worker: ShapeWorker, shape: Shape, device: str, steps: int, batch_s
 
 
 def _project(config: dict[str, Any], shape: Shape, m: Measurement, data_root: str, scratch: Path,
-             retries: int) -> list[RunCost]:
-    """The cost of every run of a measured shape (a search: its trials × folds runs)."""
+             retries: int, device: str = "cpu") -> list[RunCost]:
+    """The cost of every run of a measured shape (a search: its trials × folds runs), k-NN searches
+    and k-Center selections timed on ``device`` (projection module docstring)."""
     speed = Speed(m.step_seconds, m.batch_size, m.images_per_second, m.eval_images_per_second,
                   int(m.workers or 0))
     costs = []
     for run in shape.runs:
         counts = split_counts(run.config["dataset"]["name"], _manifest_counts(run.config["dataset"]["name"],
                                                                                 data_root, scratch))
-        hours = run_hours(run.config, counts, speed)
+        e = run.config["eval"]
+        knn = _knn_rate(run.config["model"]["embedding_size"], max(e["ks"]), device)
+        hours = run_hours(run.config, counts, speed, knn, functools.partial(_kcenter_seconds, device=device),
+                          train_classes(run.dataset) or counts.get("train_classes"))
         jobs = 1
         if run.run_id in shape.searches:
             spec = config["experiments"][next(iter(run.experiments))]["search"]
@@ -191,6 +199,16 @@ def _project(config: dict[str, Any], shape: Shape, m: Measurement, data_root: st
         budget = budget_hours(config, run.dataset, retries)
         costs.append(RunCost(run.run_id, list(run.experiments), hours * jobs, budget * jobs))
     return costs
+
+
+@functools.lru_cache(maxsize=64)
+def _knn_rate(dim: int, k: int, device: str) -> float:
+    return measure_knn(dim, k, device)
+
+
+@functools.lru_cache(maxsize=256)
+def _kcenter_seconds(classes: int, pool: int, p: int, dim: int, device: str = "cpu") -> float:
+    return measure_kcenter(classes, pool, p, dim, device)
 
 
 @functools.lru_cache(maxsize=64)

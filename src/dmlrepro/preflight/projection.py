@@ -5,6 +5,7 @@ job after its first full epoch (:func:`warn_time_budget`).
 A run's hours (docs/preflight.md#projection)::
 
     epochs × steps per epoch × step time  +  evaluated images / evaluation speed
+      +  k-NN searches  +  ASAP k-Center selections
 
 * steps per epoch: the training images (the benchmark's count from ``dmlrepro.data.benchmarks``,
   or the prepared manifest's; less the validation classes' share) over the batch size, or the
@@ -14,6 +15,13 @@ A run's hours (docs/preflight.md#projection)::
   the DataLoader's workers, added without them);
 * evaluated images: the test split (and gallery) at every test evaluation, the validation classes
   after every epoch, the training split for proxy metrics, the test split per image corruption.
+* k-NN searches: every evaluation's queries × references × embedding size × the seconds per such
+  unit that one search of the project's k-NN (``knn_search``, at the run's largest k) took on this
+  device (:func:`measure_knn`);
+* k-Center selections (ASAP): 1 + at most one alternation per ``projection_patience`` epochs
+  (capped by ``max_alternations``), each embedding the pools (C × pool size images at the
+  evaluation speed) and running the farthest-first traversal, timed on this device for the run's
+  pool size, P and embedding size on a few classes and scaled to C (:func:`measure_kcenter`).
 
 The budget of a run is its training job's time limit ``resources.train`` runtime (per dataset,
 as rule train requests it) × (the SLURM profile's retries + 1); a search's job trains trials ×
@@ -127,10 +135,91 @@ def step_time(cfg: Mapping[str, Any], speed: Speed) -> float:
     return max(compute, data) if speed.workers > 0 else compute + data
 
 
-def run_hours(cfg: Mapping[str, Any], counts: Mapping[str, int], speed: Speed) -> float:
+def run_hours(cfg: Mapping[str, Any], counts: Mapping[str, int], speed: Speed,
+              knn_seconds_per_unit: float = 0.0, kcenter_seconds: Callable[[int, int, int, int], float] | None = None,
+              train_classes: int | None = None) -> float:
+    """The run's hours (module docstring); without the k-NN rate or the k-Center timer those parts are 0."""
     train = cfg["epochs"] * steps_per_epoch(cfg, counts["train_images"]) * step_time(cfg, speed)
-    evaluation = evaluated_images(cfg, counts) / min(speed.eval_images_per_second, speed.data_images_per_second)
-    return (train + evaluation) / 3600.0
+    embed_speed = min(speed.eval_images_per_second, speed.data_images_per_second)
+    evaluation = evaluated_images(cfg, counts) / embed_speed
+    search = knn_units(cfg, counts) * knn_seconds_per_unit
+    selections = 0.0
+    if kcenter_seconds is not None and train_classes and kcenter_selections(cfg):
+        pool, p, dim = kcenter_pool(cfg)
+        per_selection = train_classes * pool / embed_speed + kcenter_seconds(train_classes, pool, p, dim)
+        selections = kcenter_selections(cfg) * per_selection
+    return (train + evaluation + search + selections) / 3600.0
+
+
+# -- evaluation k-NN and ASAP k-Center ------------------------------------------------------------------
+def knn_units(cfg: Mapping[str, Any], counts: Mapping[str, int]) -> int:
+    """Σ queries × references × embedding size over the run's k-NN searches (module docstring)."""
+    d, e, dim = cfg["dataset"], cfg["eval"], cfg["model"]["embedding_size"]
+    queries = counts.get(f"{d['test_split']}_images", 0)
+    references = counts.get(f"{d['gallery_split']}_images", 0) if d.get("gallery_split") else queries
+    validation = round(counts.get("train_images", 0) * validation_share(cfg))
+    units = count_test_evaluations(cfg) * queries * references
+    units += cfg["epochs"] * validation * validation
+    units += len(e.get("corruptions") or []) * queries * references
+    return units * dim
+
+
+def kcenter_pool(cfg: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(pool size per class, P, embedding size) of an ASAP run's k-Center selections."""
+    from dmlrepro.asap.kcenter import pool_size
+
+    p = int(cfg["loss"]["hparams"]["proxies_per_class"])
+    a = cfg["asap"]
+    return pool_size(int(a["b"]), p, a.get("small_budget", "times_p")), p, int(cfg["model"]["embedding_size"])
+
+
+def kcenter_selections(cfg: Mapping[str, Any]) -> int:
+    """k-Center selections of a run: 0 without ASAP; else the initial one and at most one alternation
+    per ``projection_patience`` epochs, capped by ``max_alternations`` (the schedule decides; a bound)."""
+    a = cfg.get("asap") or {}
+    if not a.get("enabled"):
+        return 0
+    alternations = cfg["epochs"] // max(1, int(a.get("projection_patience") or 1)) if a.get("alternate", True) else 0
+    if a.get("max_alternations") is not None:
+        alternations = min(alternations, int(a["max_alternations"]))
+    return 1 + alternations
+
+
+def measure_knn(dim: int, k: int, device: str, queries: int = 1024, references: int = 4096) -> float:
+    """Seconds per query × reference × dimension of one ``knn_search`` on random embeddings on ``device``."""
+    import time
+
+    import torch
+
+    from dmlrepro.evaluation.knn import knn_search
+
+    g = torch.Generator().manual_seed(0)
+    q, r = torch.randn(queries, dim, generator=g), torch.randn(references, dim, generator=g)
+    q, r = q.to(device), r.to(device)
+    knn_search(q[:64], min(k, references), r, device=device)  # warm-up (backend choice, kernels)
+    start = time.perf_counter()
+    knn_search(q, min(k, references), r, device=device)
+    return (time.perf_counter() - start) / (queries * references * dim)
+
+
+def measure_kcenter(classes: int, pool: int, p: int, dim: int, device: str, timed_classes: int = 16) -> float:
+    """Seconds of the farthest-first traversal (``asap.kcenter.farthest_first``, seeded with P centres)
+    for ``classes`` classes: timed on ``timed_classes`` of them on ``device``, scaled linearly."""
+    import time
+
+    import torch
+
+    from dmlrepro.asap.kcenter import farthest_first
+
+    g = torch.Generator().manual_seed(0)
+    n = min(classes, timed_classes)
+    pools = torch.randn(n, pool, dim, generator=g).to(device)
+    seeds = torch.randn(n, p, dim, generator=g).to(device)
+    start = time.perf_counter()
+    farthest_first(pools, min(p, pool), seeds)
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) * classes / n
 
 
 def train_request(config: Mapping[str, Any], dataset: str) -> dict[str, Any]:

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dmlrepro.runs import ExperimentError, Run, active_experiments, resolve_runs, search_runs
+from dmlrepro.runs import ExperimentError, Run, active_experiments, resolve_runs
+from dmlrepro.tuning.searches import search_runs
 from dmlrepro.train.config import RUNTIME_KEYS
 
 #: dotted paths whose value never selects code or a tensor shape (counts, indices, patience)
@@ -46,6 +47,7 @@ class Shape:
     name: str
     runs: list[Run] = field(default_factory=list)
     searches: set[str] = field(default_factory=set)  # run ids of the runs that are searches
+    finals: set[str] = field(default_factory=set)  # run ids of final-stage stand-ins (`final_stage_runs`)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -119,23 +121,28 @@ def group_runs(config: Mapping[str, Any], experiments: list[str] | None = None
                ) -> tuple[list[Shape], list[Unresolved], dict[str, list[str]]]:
     """(shapes, experiments that do not resolve, experiment -> its run ids) of the named
     experiments (default: the active ones). Search experiments contribute their searches' base runs
-    (rule search trains them, dmlrepro.runs.search_runs). Each experiment is resolved on its own,
+    (rule search trains them, dmlrepro.tuning.searches.search_runs) and their final stage's runs
+    (`final_stage_runs`). Each experiment is resolved on its own,
     so one bad experiment fails alone."""
     names = active_experiments(config) if experiments is None else list(experiments)
     runs: dict[str, Run] = {}
     searches: set[str] = set()
+    finals: set[str] = set()
     unresolved: list[Unresolved] = []
     members: dict[str, list[str]] = {}
     for name in names:
         try:
             found = resolve_runs(config, [name])
-            searched = search_runs(config, [name])
+            # only a `search:` experiment has searches (search_runs would resolve every run again to find none)
+            searched = search_runs(config, [name]) if config["experiments"][name].get("search") is not None else {}
         except (ExperimentError, ValueError, KeyError, TypeError) as error:
             unresolved.append(Unresolved(name, f"{type(error).__name__}: {error}"))
             continue
         searches.update(searched)
-        members[name] = [*found, *searched]
-        for run_id, run in {**found, **searched}.items():
+        final = final_stage_runs(config, name, searched)
+        finals.update(final)
+        members[name] = [*found, *searched, *final]
+        for run_id, run in {**found, **searched, **final}.items():
             runs.setdefault(run_id, run).experiments.update(run.experiments)
     shapes: dict[str, Shape] = {}
     for run_id, run in runs.items():
@@ -144,10 +151,35 @@ def group_runs(config: Mapping[str, Any], experiments: list[str] | None = None
         shape.runs.append(run)
         if run_id in searches:
             shape.searches.add(run_id)
+        if run_id in finals:
+            shape.finals.add(run_id)
     for shape in shapes.values():  # the representative: the run with the most classes (largest proxy tensors)
         shape.runs.sort(key=lambda run: -(train_classes(run.dataset) or 0))
     _unique_names(list(shapes.values()))
     return list(shapes.values()), unresolved, members
+
+
+def final_stage_runs(config: Mapping[str, Any], experiment: str, searches: Mapping[str, Run]) -> dict[str, Run]:
+    """Stand-ins for the final stage of a search experiment (`final:`, dmlrepro.tuning.final.final_runs):
+    the runs it trains after each search, at the search space's example point (the best point is
+    not known before the search) and, for the Complete runs, the base run's epochs. Their shapes and
+    counts are the final stage's; their ids are not the ids the workflow will give them."""
+    if not (config["experiments"][experiment].get("final") and searches):
+        return {}
+    from dmlrepro.search_space import parse_space
+    from dmlrepro.tuning.final import final_runs
+    from dmlrepro.tuning.searches import method_search_spec
+
+    runs: dict[str, Run] = {}
+    for search in searches.values():
+        spec = method_search_spec(config["experiments"][experiment]["search"], search.method)
+        point = {p.key: p.example() for p in parse_space(spec["space"])}
+        followup = search.config["followup"]
+        epochs = {"epochs": search.config["epochs"],
+                  "followup_epochs": followup["epochs"] or int(followup.get("trigger") == "plateau")}
+        for run_id, run in final_runs(config, experiment, search, point, epochs).items():
+            runs.setdefault(run_id, run)
+    return runs
 
 
 def _unique_names(shapes: list[Shape]) -> None:
