@@ -22,6 +22,7 @@ if not workflow.overwrite_configfiles:
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/analysis.smk"
 include: "workflow/rules/preflight.smk"

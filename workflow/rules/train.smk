@@ -1,6 +1,7 @@
 rule train:
     input:
         unpack(run_inputs),
+        standin=lambda wildcards: run_weights(trained_run(wildcards).config, STANDIN),  # workflow/rules/pretrain.smk
     output:
         metrics=f"{RESULTS}/runs/{{run}}/metrics.json",
         train_log=f"{RESULTS}/runs/{{run}}/train_log.csv",
@@ -15,7 +16,9 @@ rule train:
         gpu=train_resource("gpu"),
         slurm_extra=train_resource("slurm_extra"),
     params:
-        config=lambda wildcards: canonical(run_of(wildcards).config),
+        config=lambda wildcards: canonical(
+            with_folder(wildcard_run(wildcards).config, STANDIN)
+        ),
         data_root=DATA,
     message:
         "Training run {wildcards.run}"
@@ -27,6 +30,7 @@ rule train:
 checkpoint search:
     input:
         unpack(run_inputs),
+        standin=lambda wildcards: run_weights(trained_run(wildcards).config, STANDIN),  # workflow/rules/pretrain.smk
     output:
         trials=f"{RESULTS}/search/{{search}}/trials.csv",
         best=f"{RESULTS}/search/{{search}}/best.json",
@@ -41,7 +45,9 @@ checkpoint search:
         gpu=train_resource("gpu"),
         slurm_extra=train_resource("slurm_extra"),
     params:
-        config=lambda wildcards: canonical(search_of(wildcards).config),
+        config=lambda wildcards: canonical(
+            with_folder(wildcard_search(wildcards).config, STANDIN)
+        ),
         search=search_spec,
         data_root=DATA,
     message:

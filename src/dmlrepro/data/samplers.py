@@ -6,21 +6,19 @@ call ``set_epoch(epoch, start_batch=i)`` before iterating to get that epoch's ba
 
 * ``RandomBatchSampler``: a seeded permutation cut into batches; ``drop_last`` drops the last
   short batch (the Proxy-Anchor code's default; docs/readings/pfml.md#pfml-r14).
-* ``MPerClassBatchSampler``: wraps pytorch-metric-learning's ``MPerClassSampler`` (batch_size/m
-  classes, m images each; with replacement only for classes with fewer than m images), run
-  under a RandomState seeded by (seed, epoch) instead of numpy's global state.
+* ``MPerClassBatchSampler``: pytorch-metric-learning's ``MPerClassSampler`` (batch_size/m
+  classes, m images each; with replacement only for classes with fewer than m images), drawn
+  from a RandomState seeded by (seed, epoch) instead of numpy's global state.
 """
 
 from __future__ import annotations
 
-import threading
+from collections import defaultdict
 from typing import Iterator, Sequence
 
 import numpy as np
 import torch
 from torch.utils.data import Sampler
-
-_PML_LOCK = threading.Lock()
 
 
 def _epoch_seed(seed: int, epoch: int) -> np.ndarray:
@@ -69,6 +67,33 @@ class RandomBatchSampler(_ResumableBatchSampler):
         return [perm[i * self.batch_size : (i + 1) * self.batch_size].tolist() for i in range(self.num_batches())]
 
 
+def pml_m_per_class_indices(labels: Sequence[int], m: int, batch_size: int, length_before_new_iter: int,
+                            rng: np.random.RandomState) -> list[int]:
+    """One pass of pytorch-metric-learning's ``MPerClassSampler(labels, m, batch_size,
+    length_before_new_iter)``: the same index sequence as its ``__iter__`` when its module-level
+    ``c_f.NUMPY_RANDOM`` is ``rng`` (tests/data/test_samplers.py compares the two). Defined here so
+    that a training job does not import ``pytorch_metric_learning.samplers``: its package import
+    (testers: scikit-learn, pandas, scipy.stats) took 1.05-1.18 CPU-s after torch and torchvision
+    (pytorch-metric-learning 2.9.0, 2-core CPU), a tenth of a miniature training job.
+
+    As PML: classes in first-appearance order, the image count rounded down to a multiple of
+    ``batch_size``; per batch the class list is shuffled in place (``rng.shuffle``), its first
+    ``batch_size // m`` classes each draw ``rng.choice(indices, m, replace=len(indices) < m)``."""
+    to_indices: dict = defaultdict(list)
+    for i, label in enumerate(labels):
+        to_indices[label].append(i)
+    to_indices = {k: np.array(v, dtype=int) for k, v in to_indices.items()}
+    classes = list(to_indices)
+    size = length_before_new_iter - length_before_new_iter % batch_size
+    out: list[int] = []
+    for _ in range(size // batch_size if batch_size < size else 1):
+        rng.shuffle(classes)
+        for label in classes[: batch_size // m]:
+            idx = to_indices[label]
+            out.extend(rng.choice(idx, size=m, replace=len(idx) < m).tolist())
+    return out
+
+
 class MPerClassBatchSampler(_ResumableBatchSampler):
     """Batches of ``batch_size // m`` classes with ``m`` images each (PML ``MPerClassSampler``).
 
@@ -78,8 +103,6 @@ class MPerClassBatchSampler(_ResumableBatchSampler):
 
     def __init__(self, labels: Sequence[int], m: int, batch_size: int, seed: int = 0, length_before_new_iter: int | None = None):
         super().__init__(seed)
-        from pytorch_metric_learning.samplers import MPerClassSampler
-
         labels = np.asarray(labels.numpy() if isinstance(labels, torch.Tensor) else labels)
         n_classes = len(np.unique(labels))
         if batch_size % m or batch_size // m > n_classes:
@@ -89,22 +112,14 @@ class MPerClassBatchSampler(_ResumableBatchSampler):
             )
         length = len(labels) if length_before_new_iter is None else int(length_before_new_iter)
         self.batch_size, self.m = int(batch_size), int(m)
-        self._inner = MPerClassSampler(labels, m, batch_size=batch_size, length_before_new_iter=max(length, batch_size))
-        self._labels0 = list(self._inner.labels)  # PML shuffles this list in place; restore per epoch
+        self._labels = labels
+        self._length = max(length, batch_size)  # PML asserts length_before_new_iter >= batch_size
 
     def num_batches(self) -> int:
-        return len(self._inner) // self.batch_size
+        return self._length // self.batch_size
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
-        from pytorch_metric_learning.utils import common_functions as c_f
-
-        with _PML_LOCK:
-            saved = c_f.NUMPY_RANDOM
-            try:
-                c_f.NUMPY_RANDOM = np.random.RandomState(_epoch_seed(self.seed, epoch))
-                self._inner.labels = list(self._labels0)
-                flat = [int(i) for i in self._inner.__iter__()]
-            finally:
-                c_f.NUMPY_RANDOM = saved
+        rng = np.random.RandomState(_epoch_seed(self.seed, epoch))
+        flat = pml_m_per_class_indices(self._labels, self.m, self.batch_size, self._length, rng)
         b = self.batch_size
         return [flat[i * b : (i + 1) * b] for i in range(len(flat) // b)]

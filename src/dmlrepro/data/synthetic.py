@@ -197,3 +197,21 @@ def prepare_synthetic(root: str | os.PathLike, *, force: bool = False, progress:
         raise
     return finalize(ds_dir, staging, paths, labels, standard_split(labels),
                     info={"dataset": name, "params": p, "generation_seconds": round(seconds, 2)})
+
+
+def class_keys(num_classes: int, seed: int, **_: object) -> set[tuple[int, int]]:
+    """The generator keys ``(seed, class index)`` of a parameter set: every class (its family's
+    modes and its images) is a function of its key alone, so two parameter sets share a class only
+    if they share a key."""
+    return {(int(seed), c) for c in range(int(num_classes))}
+
+
+def render_classes(num_classes: int, images_per_class: int, size: int, seed: int, modes: int,
+                   family_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every image of the classes of a parameter set in memory, ``(N, size, size, 3)`` uint8 and
+    their labels: the pixels ``generate`` writes to PNG, without the files."""
+    specs = class_specs(num_classes, modes, family_size, seed)
+    images = [np.asarray(render(spec, size, np.random.default_rng([seed, c, i])))
+              for c, spec in enumerate(specs) for i in range(images_per_class)]
+    labels = np.repeat(np.arange(num_classes), images_per_class)
+    return np.stack(images), labels

@@ -83,6 +83,7 @@ MODEL_KEYS = (
     "pretrained",
     "weights_cache_dir",
     "weights_sha256",
+    "standin",
     "bn_freeze",
     "backbone_kwargs",
 )
@@ -214,7 +215,14 @@ def build_model(cfg: Mapping[str, Any] | None = None, /, **kwargs: Any) -> Embed
     )
 
     pretrained = merged.get("pretrained", False)
-    if pretrained:
+    if pretrained == "standin":  # the miniature's ImageNet stand-in, a local file (docs/miniature.md)
+        from .standin import load_standin
+        from .weights import default_cache_dir
+
+        cache = merged.get("weights_cache_dir")
+        load_standin(model, merged.get("standin"), cache if cache else default_cache_dir())
+        model.input_config["weights"] = "standin"
+    elif pretrained:
         from .weights import get_weight_spec, load_pretrained
 
         weight_name = spec.default_weights if pretrained is True else str(pretrained)

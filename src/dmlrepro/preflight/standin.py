@@ -100,6 +100,11 @@ def missing_weights(mcfg: dict[str, Any]) -> str | None:
     pretrained = mcfg.get("pretrained")
     if not pretrained:
         return None
+    if pretrained == "standin":  # the miniature's ImageNet stand-in, built by rule pretrain_standin (docs/miniature.md)
+        from dmlrepro.models.standin import weights_file
+        from dmlrepro.models.weights import default_cache_dir
+
+        return None if weights_file(mcfg.get("weights_cache_dir") or default_cache_dir(), mcfg.get("standin")).is_file() else "standin"
     name = get_backbone_spec(resolve_backbone_name(str(mcfg["backbone"]))).default_weights if pretrained is True \
         else str(pretrained)
     if name is None:
@@ -110,6 +115,9 @@ def missing_weights(mcfg: dict[str, Any]) -> str | None:
 def weights_warning(name: str, cache_dir: str | None = None) -> str:
     """The one line printed per missing weight file."""
     from dmlrepro.models.weights import fetch_command, weight_path
+
+    if name == "standin":
+        return "warning: the ImageNet stand-in is not built yet (rule pretrain_standin): the preflight uses random initialisation"
 
     return (f"warning: pretrained weights {name!r} are not in the cache ({weight_path(name, cache_dir)}): "
             f"the preflight uses random initialisation; fetch them with `{fetch_command(name, cache_dir)}`")

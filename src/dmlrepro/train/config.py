@@ -79,7 +79,8 @@ DEFAULTS: dict[str, Any] = {
     },
     "model": {
         "backbone": "tiny_cnn",
-        "pretrained": False,  # false | true (backbone's default weights) | a weight name
+        "pretrained": False,  # false | true (backbone's default weights) | a weight name | standin
+        "standin": None,  # pretrained: standin: the stand-in's pretraining recipe (dmlrepro.models.standin)
         "preset": None,
         "pool": None,  # None = the preset's or the backbone's default
         "head": None,  # None = the preset's or "linear"
@@ -172,7 +173,10 @@ DEFAULTS: dict[str, Any] = {
     # speed only (docs/training.md#run-control): cuDNN autotuning, NHWC memory format, TF32 matmuls/convolutions,
     # and how many optimizer steps run between two reads of the loss and finiteness flags on the host
     # knn_backend: evaluation's exact k-NN search, auto | torch | faiss-cpu | faiss-gpu (docs/evaluation.md#backends)
-    "speed": {"cudnn_benchmark": False, "channels_last": False, "tf32": False, "sync_every": 1, "knn_backend": "auto"},
+    # checkpoint_overhead / checkpoint_floor_mb: the checkpoint policy by time (train/hooks.py CheckpointPolicy);
+    # image_cache_mb: the budget of cache_images' shared cache (train/imagecache.py)
+    "speed": {"cudnn_benchmark": False, "channels_last": False, "tf32": False, "sync_every": 1, "knn_backend": "auto",
+              "checkpoint_overhead": 0.02, "checkpoint_floor_mb": 16, "image_cache_mb": 4096},
 }
 
 #: Hyperparameters filled in when a loss needs them and the config does not give them (the
@@ -192,7 +196,7 @@ RUNTIME_KEYS = (("dataset", "root"), ("dataset", "prepare"), ("dataset", "cache_
 
 
 #: Keys added after finished runs existed, with the default that means "off": at that default
-#: they are left out of a run's identity (``config_identity``, ``dmlrepro.runs.run_identity``) and
+#: they are left out of a run's identity (``config_identity``, the one identity function) and
 #: of the workflow's run configs, so adding them changed no existing run id and retrained nothing.
 LATE_DEFAULTS: dict[tuple[str | None, str], Any] = {
     ("eval", "proxy_metrics_per_epoch"): False,
@@ -204,6 +208,7 @@ LATE_DEFAULTS: dict[tuple[str | None, str], Any] = {
     ("followup", "trigger"): "epochs",
     ("validation", "fraction"): 0.1,
     ("eval", "normalize"): "none",
+    ("model", "standin"): None,
 }
 
 
@@ -314,6 +319,25 @@ def _group_map(cfg: dict, key: str, *, require_all: bool) -> None:
                 raise _err(f"{key}.{g}", None, "a number (every group needs a multiplier)")
 
 
+def _standin(cfg: dict) -> None:
+    """model.standin: the stand-in's recipe, resolved in place (docs/miniature.md); null (ignored, not part of
+    the run id) unless pretrained: standin, e.g. when a preflight swaps in random initialisation."""
+    m = cfg["model"]
+    if m["pretrained"] != "standin":
+        m["standin"] = None
+        return
+    from dmlrepro.models.standin import StandinError, resolve_recipe
+
+    if m["standin"] is not None and not isinstance(m["standin"], Mapping):
+        raise _err("model.standin", m["standin"], "a mapping (the stand-in's pretraining recipe) or null")
+    try:
+        m["standin"] = resolve_recipe(m["standin"])
+    except StandinError as e:
+        raise ConfigError(f"run config: {e}") from None
+    if m["standin"]["backbone"] != m["backbone"]:
+        raise _err("model.standin.backbone", m["standin"]["backbone"], f"the run's backbone {m['backbone']!r}")
+
+
 # -- public ----------------------------------------------------------------------------------------
 def load_run_config(path: str | os.PathLike) -> dict:
     """Read a YAML run config (a mapping) from ``path``; not resolved."""
@@ -412,8 +436,9 @@ def resolve_run_config(partial: Mapping[str, Any] | None) -> dict:
         raise ConfigError(f"run config: model.backbone = {m['backbone']!r}: {e.args[0]}") from None
     if not (isinstance(m["pretrained"], bool) or isinstance(m["pretrained"], str)):
         raise _err("model.pretrained", m["pretrained"], "false, true or a weight name")
-    if isinstance(m["pretrained"], str) and m["pretrained"] not in list_weights():
-        raise _err("model.pretrained", m["pretrained"], f"a weight name among {list(list_weights())}")
+    if isinstance(m["pretrained"], str) and m["pretrained"] not in [*list_weights(), "standin"]:
+        raise _err("model.pretrained", m["pretrained"], f"standin or a weight name among {list(list_weights())}")
+    _standin(cfg)
     _num(cfg, "model.embedding_size", lo=0, integer=True, allow_none=True)
     _bool(cfg, "model.l2_normalize")
     if not isinstance(m["backbone_kwargs"], Mapping):
@@ -533,6 +558,9 @@ def resolve_run_config(partial: Mapping[str, Any] | None) -> dict:
     for k in ("cudnn_benchmark", "channels_last", "tf32"):
         _bool(cfg, f"speed.{k}")
     _num(cfg, "speed.sync_every", lo=1, integer=True)
+    _num(cfg, "speed.checkpoint_overhead", lo=0)
+    _num(cfg, "speed.checkpoint_floor_mb", lo=0)
+    _num(cfg, "speed.image_cache_mb", lo=0)
     from dmlrepro.evaluation.knn import BACKENDS as KNN_BACKENDS  # noqa: PLC0415
     _choice(cfg, "speed.knn_backend", KNN_BACKENDS)
 

@@ -1,0 +1,206 @@
+"""The ImageNet stand-in: the miniature's backbone pretrained once by softmax classification.
+
+The papers fine-tune ImageNet-pretrained trunks (PFML Sec. 4.1, RSW Sec. IV-B, ASAP App. A.2); the
+miniature's stand-in pretrains ``tiny_cnn`` on generated classes that no miniature run trains or
+tests on (another generator seed of ``dmlrepro.data.synthetic``: disjoint class keys), and every
+miniature run with ``model.pretrained: standin`` starts from its trunk (docs/miniature.md).
+
+The recipe (``RECIPE_DEFAULTS``, overridden by a run's ``model.standin``) is the whole identity of
+the weights: the file is content-addressed by its hash (``standin-<hash>.pt`` in the weights
+folder), it stores the recipe it was trained from, and loading checks both. A run's ``model.standin``
+is part of its run id; the folder (``model.weights_cache_dir``) is not.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["RECIPE_DEFAULTS", "resolve_recipe", "recipe_hash", "weights_file", "pretrain", "load_standin",
+           "StandinError", "workflow_recipes", "run_weights", "with_folder", "main"]
+
+#: The pretraining recipe: generated classes (``dmlrepro.data.synthetic`` parameters), softmax
+#: classification with Adam and a cosine schedule, random crops (zero padding) and flips.
+RECIPE_DEFAULTS: dict[str, Any] = {
+    "backbone": "tiny_cnn",
+    "classes": {"seed": 1, "num_classes": 256, "images_per_class": 32, "size": 32, "modes": 2, "family_size": 4},
+    "epochs": 24,
+    "batch_size": 128,
+    "lr": 4.0e-3,
+    "weight_decay": 5.0e-4,
+    "pad": 4,
+    "hflip": 0.5,
+    "seed": 0,
+}
+HASH_LENGTH = 12
+
+
+class StandinError(ValueError):
+    """A bad recipe or a weights file that does not match its recipe."""
+
+
+def resolve_recipe(recipe: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``RECIPE_DEFAULTS`` with ``recipe`` merged in (``classes`` key by key); unknown keys raise."""
+    out = copy.deepcopy(RECIPE_DEFAULTS)
+    for key, value in (recipe or {}).items():
+        if key not in out:
+            raise StandinError(f"model.standin: unknown key {key!r}; expected one of {sorted(out)}")
+        if key == "classes":
+            bad = sorted(set(value or {}) - set(out["classes"]))
+            if bad:
+                raise StandinError(f"model.standin.classes: unknown key(s) {bad}; expected {sorted(out['classes'])}")
+            out["classes"].update(value or {})
+        else:
+            out[key] = value
+    for key in ("epochs", "batch_size", "seed", "pad"):
+        if isinstance(out[key], bool) or not isinstance(out[key], int) or out[key] < (0 if key in ("seed", "pad") else 1):
+            raise StandinError(f"model.standin.{key} = {out[key]!r}: expected an integer >= {0 if key in ('seed', 'pad') else 1}")
+    return out
+
+
+def recipe_hash(recipe: Mapping[str, Any] | None = None) -> str:
+    """The first ``HASH_LENGTH`` hex digits of the sha256 of the resolved recipe's canonical JSON."""
+    text = json.dumps(resolve_recipe(recipe), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:HASH_LENGTH]
+
+
+def weights_file(folder: str | os.PathLike, recipe: Mapping[str, Any] | None = None) -> Path:
+    """Where the weights of ``recipe`` live: ``<folder>/standin-<hash>.pt``."""
+    return Path(folder) / f"standin-{recipe_hash(recipe)}.pt"
+
+
+# -- pretraining -------------------------------------------------------------------------------
+def _images(recipe: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    from dmlrepro.data.synthetic import render_classes
+
+    images, labels = render_classes(**recipe["classes"])
+    return torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), torch.from_numpy(labels).long()
+
+
+def _augment(batch: torch.Tensor, pad: int, hflip: float, gen: torch.Generator) -> torch.Tensor:
+    """Random crops of the zero-padded images and horizontal flips, per image."""
+    n, _, h, w = batch.shape
+    padded = F.pad(batch, (pad, pad, pad, pad))
+    dy = torch.randint(0, 2 * pad + 1, (n,), generator=gen).tolist()
+    dx = torch.randint(0, 2 * pad + 1, (n,), generator=gen).tolist()
+    out = torch.stack([padded[i, :, y:y + h, x:x + w] for i, (y, x) in enumerate(zip(dy, dx))])
+    flip = torch.rand(n, generator=gen) < hflip
+    out[flip] = out[flip].flip(-1)
+    return out
+
+
+def _normalise(batch: torch.Tensor, input_config: Mapping[str, Any]) -> torch.Tensor:
+    mean = torch.tensor(input_config["mean"]).view(1, 3, 1, 1)
+    std = torch.tensor(input_config["std"]).view(1, 3, 1, 1)
+    return (batch.float() / 255.0 - mean) / std
+
+
+def pretrain(recipe: Mapping[str, Any] | None, out: str | os.PathLike, log=print) -> dict[str, Any]:
+    """Train the recipe's trunk with a linear softmax classifier on its generated classes; write
+    ``{"recipe", "hash", "trunk", "train_accuracy"}`` to ``out`` (a torch file). Returns the summary."""
+    from dmlrepro.atomic import atomic_open
+    from .backbones import create_backbone, get_backbone_spec
+
+    r = resolve_recipe(recipe)
+    torch.manual_seed(r["seed"])
+    gen = torch.Generator().manual_seed(r["seed"])
+    images, labels = _images(r)
+    trunk = create_backbone(r["backbone"])
+    input_config = get_backbone_spec(r["backbone"]).input_config
+    classifier = nn.Linear(int(trunk.num_features), r["classes"]["num_classes"])
+    params = list(trunk.parameters()) + list(classifier.parameters())
+    opt = torch.optim.Adam(params, lr=r["lr"], weight_decay=r["weight_decay"])
+    steps = r["epochs"] * math.ceil(len(labels) / r["batch_size"])
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
+    trunk.train()
+    for epoch in range(r["epochs"]):
+        order, correct = torch.randperm(len(labels), generator=gen), 0
+        for start in range(0, len(labels), r["batch_size"]):
+            idx = order[start:start + r["batch_size"]]
+            x = _normalise(_augment(images[idx], r["pad"], r["hflip"], gen), input_config)
+            logits = classifier(trunk(x))
+            loss = F.cross_entropy(logits, labels[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            correct += int((logits.argmax(1) == labels[idx]).sum())
+        log(f"standin epoch {epoch + 1}/{r['epochs']}: train accuracy {correct / len(labels):.4f}")
+    summary = {"recipe": r, "hash": recipe_hash(r), "train_accuracy": correct / len(labels)}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(out, "wb") as f:
+        torch.save({**summary, "trunk": trunk.state_dict()}, f)
+    return summary
+
+
+# -- loading -----------------------------------------------------------------------------------
+def load_standin(model: nn.Module, recipe: Mapping[str, Any] | None, folder: str | os.PathLike) -> Path:
+    """Load the stand-in trunk of ``recipe`` from ``folder`` into ``model.backbone``; the file must
+    hold the same recipe (and hash) it is named after."""
+    path = weights_file(folder, recipe)
+    if not path.is_file():
+        raise StandinError(f"stand-in weights {path} not found: the workflow's rule pretrain_standin builds them "
+                           f"(or `python -m dmlrepro.models.standin RECIPE.yaml {Path(folder)}`)")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if state.get("hash") != recipe_hash(recipe) or state.get("recipe") != resolve_recipe(recipe):
+        raise StandinError(f"{path}: trained from recipe {state.get('recipe')}, not {resolve_recipe(recipe)}")
+    if resolve_recipe(recipe)["backbone"] != getattr(model, "backbone_name", None):
+        raise StandinError(f"stand-in trunk {resolve_recipe(recipe)['backbone']!r} does not fit backbone "
+                           f"{getattr(model, 'backbone_name', None)!r}")
+    model.backbone.load_state_dict(state["trunk"])
+    return path
+
+
+# -- workflow ----------------------------------------------------------------------------------
+def _recipe_of(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    model = config.get("model") or {}
+    return resolve_recipe(model.get("standin")) if model.get("pretrained") == "standin" else None
+
+
+def workflow_recipes(runs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Recipe hash -> recipe of every run (objects with a resolved ``config``) that fine-tunes from the stand-in."""
+    recipes = (_recipe_of(run.config) for run in runs.values())
+    return {recipe_hash(r): r for r in recipes if r is not None}
+
+
+def run_weights(config: Mapping[str, Any], folder: str | os.PathLike) -> list[str]:
+    """The stand-in weights file a run config starts from (``[]`` for the others): a job's input."""
+    recipe = _recipe_of(config)
+    return [] if recipe is None else [str(weights_file(folder, recipe))]
+
+
+def with_folder(config: Mapping[str, Any], folder: str | os.PathLike) -> dict[str, Any]:
+    """``config`` with ``model.weights_cache_dir = folder`` if it fine-tunes from the stand-in (a
+    location key, not part of the run id); other configs unchanged."""
+    if _recipe_of(config) is None:
+        return dict(config)
+    return {**config, "model": {**config["model"], "weights_cache_dir": str(folder)}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dmlrepro.models.standin RECIPE.yaml FOLDER``: pretrain into FOLDER/standin-<hash>.pt."""
+    import sys
+
+    import yaml
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print(main.__doc__, file=sys.stderr)
+        return 2
+    recipe = yaml.safe_load(Path(args[0]).read_text()) or {}
+    print(pretrain(recipe, weights_file(args[1], recipe))["hash"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

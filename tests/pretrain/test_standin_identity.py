@@ -1,0 +1,68 @@
+"""The stand-in's recipe is part of a fine-tuned run's id; its folder is not (docs/miniature.md): changing the
+pretraining recipe changes exactly the ids of the runs that fine-tune from it, moving the results or the
+weights folder changes none."""
+
+import copy
+from pathlib import Path
+
+import yaml
+
+from dmlrepro.models.standin import recipe_hash, run_weights, with_folder, workflow_recipes
+from dmlrepro.runs import config_hash, resolve_runs
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPERIMENTS = ["pfml_table1", "rsw_fig10_toy"]  # synthetic runs (stand-in) and digits runs (from scratch)
+
+
+def _config():
+    return yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+
+
+def _ids(config):
+    return {(r.method, r.dataset, r.seed): r.run_id for r in resolve_runs(config, EXPERIMENTS).values()}
+
+
+def test_recipe_change_changes_exactly_the_finetuned_ids():
+    base = _config()
+    changed = copy.deepcopy(base)
+    changed["datasets"]["synthetic"]["model"]["standin"]["epochs"] += 1
+    before, after = _ids(base), _ids(changed)
+    assert before.keys() == after.keys()
+    for key in before:
+        assert (before[key] != after[key]) == (key[1] == "synthetic"), key
+    assert any(key[1] == "digits" for key in before)
+
+
+def test_location_changes_no_id():
+    base = _config()
+    moved = {**copy.deepcopy(base), "results": "/elsewhere/results", "data_root": "/elsewhere/data"}
+    assert _ids(base) == _ids(moved)
+
+
+def test_weights_folder_is_not_identity_but_is_the_input():
+    runs = resolve_runs(_config(), EXPERIMENTS)
+    (digest, recipe), = workflow_recipes(runs).items()
+    assert digest == recipe_hash(recipe)
+    for run in runs.values():
+        a, b = with_folder(run.config, "/a/standin"), with_folder(run.config, "/b/standin")
+        assert config_hash(a) == config_hash(b) == config_hash(run.config)
+        if run.dataset == "synthetic":
+            assert run_weights(run.config, "/a/standin") == [f"/a/standin/standin-{digest}.pt"]
+            assert a["model"]["weights_cache_dir"] == "/a/standin"
+        else:
+            assert run_weights(run.config, "/a/standin") == [] and a == run.config
+
+
+def test_run_config_checks_the_recipe():
+    import pytest
+
+    from dmlrepro.train.config import ConfigError, resolve_run_config
+
+    resolved = resolve_run_config({"model": {"pretrained": "standin", "standin": {"epochs": 3}}})["model"]["standin"]
+    assert resolved["epochs"] == 3 and resolved["classes"]["seed"] == 1  # resolved in full: all of it is identity
+    for bad, match in [({"epoch": 3}, "unknown key 'epoch'"), ({"classes": {"sed": 1}}, "unknown key"),
+                       ({"epochs": 0}, "epochs"), ({"backbone": "resnet18"}, "the run's backbone")]:
+        with pytest.raises(ConfigError, match=match):
+            resolve_run_config({"model": {"pretrained": "standin", "standin": bad}})
+    # another pretrained value ignores the recipe (a preflight's random initialisation): no identity of its own
+    assert resolve_run_config({"model": {"pretrained": False, "standin": {"epochs": 3}}})["model"]["standin"] is None

@@ -1,0 +1,24 @@
+# The ImageNet stand-in (docs/miniature.md): the miniature's backbone pretrained once per recipe by
+# softmax classification on generated classes no run uses, content-addressed by the recipe's hash;
+# runs with model.pretrained: standin fine-tune from it (rule train and checkpoint search take the
+# file as input: run_weights; their run config gets its folder: with_folder, not part of the run id).
+from dmlrepro.models.standin import run_weights, with_folder, workflow_recipes
+
+STANDIN = f"{RESULTS}/standin"
+STANDIN_RECIPES = workflow_recipes({**RUNS, **SEARCHES})  # recipe hash -> recipe
+
+
+rule pretrain_standin:
+    output:
+        weights=f"{STANDIN}/standin-{{standin}}.pt",
+    log:
+        f"{RESULTS}/logs/pretrain_standin/{{standin}}.log",
+    conda:
+        "../../envs/dmlrepro-gpu.yaml"
+    threads: 1  # small convolutions: a second torch thread costs more CPU than it saves (docs/miniature.md)
+    params:
+        recipe=lambda wildcards: canonical(STANDIN_RECIPES[wildcards.standin]),
+    message:
+        "Pretraining the ImageNet stand-in {wildcards.standin}"
+    script:
+        "../scripts/pretrain_standin.py"
