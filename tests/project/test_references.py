@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SELF = Path(__file__).resolve()
 READINGS = ROOT / "docs" / "readings"
 PAGE_OF = {"pfml": "pfml.md", "rsw": "rsw.md", "asap": "asap.md", "proto": "protocols.md"}

@@ -1,7 +1,7 @@
 """Shared helpers for the checks of the transcribed paper numbers in config/reported/.
 
-Used by tests/test_reported.py (PFML), tests/test_reported_rsw.py and
-tests/test_reported_asap.py.  Every CSV is read as strings, because the files keep numbers
+Used by tests/reported/test_reported.py (PFML), tests/reported/test_reported_rsw.py and
+tests/reported/test_reported_asap.py.  Every CSV is read as strings, because the files keep numbers
 exactly as printed (e.g. "31.0", "78.11"), and spot values are compared as strings.
 """
 from functools import lru_cache
@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-REPORTED = Path(__file__).resolve().parents[1] / "config" / "reported"
+REPORTED = Path(__file__).resolve().parents[2] / "config" / "reported"
 
 COLUMNS = ["table", "block", "method", "citation", "backbone", "embedding_dim",
            "dataset", "metric", "value", "std", "source", "note"]

@@ -31,7 +31,7 @@ import yaml
 
 from dmlrepro.cli import main as dmlrepro
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 TINY = REPO / "tests/workflow/tiny.yaml"
 
@@ -70,7 +70,7 @@ class Ctx:
 
     def run_config(self, params: bool = True, **changes) -> str:
         """A tiny valid run config (synthetic, tiny_cnn; 2 train classes) with `changes` deep-merged in."""
-        from dmlrepro.runs import deep_merge
+        from dmlrepro.nested import deep_merge
 
         config = {"dataset": {"name": "synthetic", "root": str(self.tmp / "data"), "sampler": "m_per_class", "m": 2,
                               "batch_size": 4, "params": {"num_classes": 4, "images_per_class": 6}},

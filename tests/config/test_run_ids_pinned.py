@@ -1,14 +1,15 @@
-"""Both configs resolve to the run ids pinned in tests/pinned/: a refactoring that changes a run's identity
+"""Both configs resolve to the run ids pinned in tests/config/pinned/: a refactoring that changes a run's identity
 fails here. A deliberate change of an experiment (a new recipe, a new run) rewrites the pinned list:
-`python tests/test_run_ids_pinned.py` (and say in the commit which ids changed and why)."""
+`python tests/config/test_run_ids_pinned.py` (and say in the commit which ids changed and why)."""
 from pathlib import Path
 
 import yaml
 from snakemake.utils import validate
 
-from dmlrepro.runs import resolve_runs, search_runs
+from dmlrepro.runs import resolve_runs
+from dmlrepro.tuning.searches import search_runs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PINNED = Path(__file__).with_name("pinned")
 CONFIGS = ("config", "paper")
 

@@ -22,7 +22,7 @@ from snakemake.utils import validate
 from dmlrepro.runs import experiment_runs, resolve_runs
 from dmlrepro.train import resolve_run_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "config" / "paper.yaml"
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 REAL = {"cub200", "cars196", "sop", "inshop"}
@@ -652,7 +652,8 @@ def test_pfml_mlrc_engine(runs):
 def test_asap_fig2_is_an_opt_in_search(config):
     """ASAP Fig. 2 (ASAP-R27): left out unless chosen (opt_in), then one search of λ ({0} ∪ log-U[1e-6, 1]) × P (1..12), ~35
     trials, over C2-ASAP on CUB's ablation split with b = 12; no runs of its own."""
-    from dmlrepro.runs import active_experiments, search_runs
+    from dmlrepro.runs import active_experiments
+    from dmlrepro.tuning.searches import search_runs
 
     assert "asap_fig2_bayes" not in active_experiments(config) and not search_runs(config)
     chosen = {**config, "opt_in": ["asap_fig2_bayes"]}
@@ -671,8 +672,10 @@ def test_asap_fig2_is_an_opt_in_search(config):
 def test_rsw_reality_check_is_opt_in_search_then_final(config):
     """RSW App. D (RSW-R21): per dataset the App. D-A losses, one 50-trial search over 4 folds each,
     then 10 reproductions × 4 folds + 10 Complete (512-d, no validation) runs of the best point."""
-    from dmlrepro.runs import COMPLETE_KEY, active_experiments, final_runs, method_search_spec, search_runs
-    from dmlrepro.tuning.bayes import parse_space
+    from dmlrepro.runs import active_experiments
+    from dmlrepro.search_space import parse_space
+    from dmlrepro.tuning.final import COMPLETE_KEY, final_runs
+    from dmlrepro.tuning.searches import method_search_spec, search_runs
 
     names = ["rsw_reality_cub", "rsw_reality_cars", "rsw_reality_sop"]
     assert not set(names) & set(active_experiments(config))

@@ -82,7 +82,7 @@ def test_one_dataset_name_cannot_have_two_preparations():
 
 
 def test_canonical_order_does_not_depend_on_the_config_file():
-    from dmlrepro.runs import canonical
+    from dmlrepro.nested import canonical
 
     assert repr(canonical({"b": 1, "a": {"d": [{"y": 1, "x": 2}], "c": 3}})) == repr(
         canonical({"a": {"c": 3, "d": [{"x": 2, "y": 1}]}, "b": 1}))
@@ -133,7 +133,8 @@ def test_search_experiments_and_opt_in():
     a hash of the search spec; `opt_in: true` experiments are left out unless the top-level opt_in names them."""
     import pytest
 
-    from dmlrepro.runs import ExperimentError, active_experiments, resolve_runs, search_runs
+    from dmlrepro.runs import ExperimentError, active_experiments, resolve_runs
+    from dmlrepro.tuning.searches import search_runs
 
     space = {"optimizer.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}}
     base = {"defaults": {"validation": {"split": "holdout"}}, "datasets": {"digits": {"dataset": {"name": "digits"}}},
@@ -159,3 +160,26 @@ def test_search_experiments_and_opt_in():
     bad = {**base, "experiments": {"tune": {**base["experiments"]["tune"], "search": {"space": {"x": {"type": "nope"}}, "trials": 1}}}}
     with pytest.raises(ExperimentError, match="search.space"):
         search_runs(bad)
+
+
+def test_train_request_merges_dataset_over_default_over_the_built_ins():
+    """docs/workflow.md: resources.train.<dataset> over resources.train.default over the built-in
+    requests (60 min, 4000 MB, no GPU, 1 CPU); a search job runs trials × folds runs in one job."""
+    from dmlrepro.runs import check_train_requests, slurm_signal, train_request
+
+    config = {"datasets": {"cub200": {}, "sop": {}},
+              "resources": {"train": {"default": {"runtime": 120, "gpu": 1}, "sop": {"runtime": 480, "mem_mb": 9000}}}}
+    assert train_request({"datasets": {}}, "cub200") == {"runtime": 60, "mem_mb": 4000, "gpu": 0, "cpus": 1}
+    assert train_request(config, "cub200") == {"runtime": 120, "mem_mb": 4000, "gpu": 1, "cpus": 1}
+    assert train_request(config, "sop") == {"runtime": 480, "mem_mb": 9000, "gpu": 1, "cpus": 1}
+    assert train_request(config, "sop", {"trials": 3, "folds": [0, 1]})["runtime"] == 480 * 6
+    assert train_request(config, "sop", {"trials": 3, "folds": None})["runtime"] == 480 * 3
+    # SIGTERM min(300 s, 15 s per minute) before the limit; 0 = none; never at or past the limit
+    assert slurm_signal({"runtime": 120}, "cub200") == "--signal=TERM@300"
+    assert slurm_signal({"runtime": 10}, "cub200") == "--signal=TERM@150"
+    assert slurm_signal({"runtime": 10, "warning": 0}, "cub200") == ""
+    with pytest.raises(ValueError, match=r"resources.train \(cub200\): warning = 600 s"):
+        slurm_signal({"runtime": 10, "warning": 600}, "cub200")
+    check_train_requests(config)
+    with pytest.raises(ValueError, match="resources.train.cars: expected 'default' or a key of datasets"):
+        check_train_requests({**config, "resources": {"train": {"cars": {"runtime": 5}}}})

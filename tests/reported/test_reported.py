@@ -4,7 +4,7 @@ Spot-check values below were read directly from the paper ("Potential Field Base
 Learning": the PDF main paper and supplement, cross-read in the arXiv HTML rendering), not
 copied from the CSVs.  Values are compared as
 strings, because the CSVs keep numbers exactly as printed (e.g. "31.0", "78.11").
-Shared helpers (reading, format rules, cell lookup): tests/reported_csv.py.
+Shared helpers (reading, format rules, cell lookup): tests/reported/reported_csv.py.
 """
 import pytest
 

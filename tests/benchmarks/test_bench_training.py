@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_training.py"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_training.py"
 
 
 def _load():
@@ -28,22 +28,23 @@ def _positive(value) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
 def test_tiny_cpu_run_reports_every_case(tmp_path, capsys):
     out = tmp_path / "bench.json"
     # the CPU check size; smaller JPEGs, fewer warm-up steps and one worker keep it short
     _load().main(["--device", "cpu", "--backbone", "tiny_cnn", "--image-size", "32", "--images", "400",
-                  "--steps", "5", "--warmup-steps", "1", "--workers", "1", "--jpeg-size", "96", "64",
+                  "--steps", "5", "--warmup-steps", "1", "--workers", "1", "--jpeg-size", "96", "64", "--loader-epochs", "2",
                   "--out", str(out)])
     printed = capsys.readouterr().out
     result = json.loads(out.read_text())
 
     cases = {c["case"]: c for c in result["cases"]}
     assert list(cases) == ["pipeline_synthetic", "pipeline_real", "epoch_proxy_anchor",
-                           "epoch_pfml_m5", "epoch_pfml_m20", "epoch_pfml_m30"]
+                           "epoch_pfml_m5", "epoch_pfml_m20", "epoch_pfml_m30", "loader_rebuilt", "loader_persistent"]
     anchors = {"pipeline_synthetic": None, "pipeline_real": "pipeline_synthetic", "epoch_proxy_anchor": None,
                "epoch_pfml_m5": "epoch_proxy_anchor", "epoch_pfml_m20": "epoch_proxy_anchor",
-               "epoch_pfml_m30": "epoch_proxy_anchor"}
+               "epoch_pfml_m30": "epoch_proxy_anchor", "loader_rebuilt": None,
+               "loader_persistent": "loader_rebuilt"}
     for name, case in cases.items():
         assert case["anchor"] == anchors[name]
         assert name in printed
@@ -58,4 +59,7 @@ def test_tiny_cpu_run_reports_every_case(tmp_path, capsys):
             assert case["train_images"] == 400
     assert [cases[f"epoch_pfml_m{m}"]["proxies_per_class"] for m in (5, 20, 30)] == [5, 20, 30]
     assert cases["pipeline_real"]["proxies_per_class"] == 15
+    for name in ("loader_rebuilt", "loader_persistent"):  # 2 epochs, each with an evaluation pass over 400 images
+        assert len(cases[name]["epoch_times_s"]) == 2 and all(map(_positive, cases[name]["epoch_times_s"]))
+        assert cases[name]["eval_images"] == 400
     assert result["meta"]["device"] == "cpu" and result["meta"]["images"] == 400

@@ -1,0 +1,72 @@
+"""The embedded default's opt-in reality-check miniature (config/config.yaml rsw_reality_mini) plans:
+per loss one search with its own lr ranges whose runs switch phases on a validation plateau, and a
+final stage whose Complete runs resolve (search_runs probes them at plan time)."""
+
+import copy
+from pathlib import Path
+
+import yaml
+from snakemake.utils import validate
+
+from dmlrepro.runs import active_experiments
+from dmlrepro.tuning.searches import method_search_spec, search_runs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_reality_miniature_is_opt_in_and_plans_a_plateau_search_per_loss():
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    validate(copy.deepcopy(config), str(ROOT / "workflow" / "schemas" / "config.schema.yaml"))
+    assert "rsw_reality_mini" not in active_experiments(config)
+    searches = [s for s in search_runs({**config, "opt_in": ["rsw_reality_mini"]}).values()
+                if "rsw_reality_mini" in s.experiments]
+    assert sorted(s.method for s in searches) == ["hist", "proxy_anchor", "rsw"]
+    spec = config["experiments"]["rsw_reality_mini"]["search"]
+    for search in searches:
+        cfg = search.config
+        assert cfg["followup"]["trigger"] == "plateau" and cfg["validation"]["patience"] == 2
+        assert set(method_search_spec(spec, search.method)["space"]) == {"optimizer.lr", "followup.lr"}
+    rsw = next(s for s in searches if s.method == "rsw")
+    assert rsw.config["followup"]["loss"]  # RSW's phase-2 warp values stay
+
+
+# -- the pretrained regime (docs/miniature.md) ---------------------------------------------------------
+HEADLINE_CLAIMS = ["pfml-beats-proxy-anchor", "pfml-beats-cpml", "pfml-beats-multi-similarity", "pfml-beats-all-table1",
+                   "pfml-label-noise", "pfml-proxies-help", "pfml-no-decay-worst", "pfml-strong-decay-better",
+                   "rsw-warp-beats-eq4", "asap-beats-base-loss", "asap-beats-xbm"]
+PFML_FAMILY = {"pfml", "cpml", "proxy_anchor", "proxy_nca", "multi_similarity", "triplet", "soft_triple", "pfml_m5", "pfml_m10"}
+
+
+def _default_runs():
+    from dmlrepro.runs import resolve_runs
+
+    return resolve_runs(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
+
+
+def test_synthetic_runs_finetune_the_standin_with_each_papers_recipe_structure():
+    """Every synthetic run starts from the stand-in; BN freeze, warm-up and the proxies' lr multiplier are the
+    paper's: PFML supp. Table 5 (CUB: BN frozen, warm-up 1, proxies at 100 x lr; its baselines alike, Sec. 4.4),
+    RSW's code (BN trained, no warm-up, proxies 100 x), ASAP App. A.2 (BN frozen, no warm-up, proxies at lr)."""
+    frozen, trained = {"running_stats": True, "affine": True}, {"running_stats": False, "affine": False}
+    for run in _default_runs().values():
+        cfg = run.config
+        assert (cfg["model"]["pretrained"] == "standin") == (run.dataset == "synthetic"), run.run_id
+        bn = {k: cfg["bn_freeze"][k] for k in ("running_stats", "affine")}
+        if run.method in PFML_FAMILY:
+            assert (bn, cfg["warmup_epochs"], cfg["optimizer"]["lr_mult"]["loss"]) == (frozen, 1, 100.0), run.run_id
+        elif run.method in {"rsw", "rsw_eq4"}:
+            assert (bn, cfg["warmup_epochs"], cfg["optimizer"]["lr_mult"]["loss"]) == (trained, 0, 100.0), run.run_id
+        elif run.method in {"c2", "c2_xbm", "c2_asap"}:
+            assert (bn, cfg["warmup_epochs"], cfg["optimizer"]["lr_mult"]["loss"]) == (frozen, 0, 1.0), run.run_id
+
+
+def test_every_cell_of_a_headline_claim_has_three_seeds():
+    from dmlrepro.nested import dotted_get
+
+    claims = {c["id"]: c for c in yaml.safe_load((ROOT / "config" / "claims.yaml").read_text())["claims"]}
+    runs = list(_default_runs().values())
+    for claim_id in HEADLINE_CLAIMS:
+        for side, cell in claims[claim_id]["scales"]["miniature"]["cells"].items():
+            seeds = {r.seed for r in runs if cell["experiment"] in r.experiments and r.method == cell["method"]
+                     and all(dotted_get(r.config, k) == v for k, v in (cell.get("sweep") or {}).items())}
+            assert len(seeds) >= 3, (claim_id, side, seeds)
