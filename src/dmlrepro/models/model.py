@@ -162,27 +162,7 @@ def build_model(cfg: Mapping[str, Any] | None = None, /, **kwargs: Any) -> Embed
     cache only; a missing file raises an error naming the ``dmlrepro fetch-weights``
     command.
     """
-    merged: dict[str, Any] = {}
-    if cfg is not None:
-        if not isinstance(cfg, Mapping):
-            raise TypeError(f"build_model expects a mapping, got {type(cfg).__name__}")
-        if set(cfg) == {"model"} and isinstance(cfg["model"], Mapping):
-            cfg = cfg["model"]
-        merged.update(cfg)
-    merged.update(kwargs)
-    unknown = sorted(set(merged) - set(MODEL_KEYS))
-    if unknown:
-        raise ValueError(f"unknown model config key(s) {unknown}; expected keys among {list(MODEL_KEYS)}")
-    if "backbone" not in merged:
-        raise ValueError("model config needs a 'backbone' key (see dmlrepro.models.list_backbones())")
-
-    preset_name = merged.pop("preset", None)
-    if preset_name is not None:
-        if preset_name not in PRESETS:
-            raise ValueError(f"unknown model preset {preset_name!r}; expected one of {sorted(PRESETS)}")
-        for key, value in PRESETS[preset_name].items():
-            merged.setdefault(key, value)
-
+    merged = _model_keys(cfg, kwargs)
     name = resolve_backbone_name(str(merged["backbone"]))
     spec = get_backbone_spec(name)
     pool_mode = merged.get("pool") or spec.default_pool
@@ -213,33 +193,61 @@ def build_model(cfg: Mapping[str, Any] | None = None, /, **kwargs: Any) -> Embed
         backbone_name=name,
         input_config=spec.input_config,
     )
+    _load_weights(model, merged, spec)
+    if merged.get("bn_freeze", False):
+        freeze_batchnorm(model)
+    return model
 
-    pretrained = merged.get("pretrained", False)
-    if pretrained == "standin":  # the miniature's ImageNet stand-in, a local file (docs/miniature.md)
-        from .standin import load_standin
+
+def _model_keys(cfg: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """build_model's keys: the mapping (a lone ``model`` key unwrapped), then the keyword arguments,
+    then the preset's values for the keys still unset; unknown keys and a missing backbone raise."""
+    merged: dict[str, Any] = {}
+    if cfg is not None:
+        if not isinstance(cfg, Mapping):
+            raise TypeError(f"build_model expects a mapping, got {type(cfg).__name__}")
+        if set(cfg) == {"model"} and isinstance(cfg["model"], Mapping):
+            cfg = cfg["model"]
+        merged.update(cfg)
+    merged.update(kwargs)
+    unknown = sorted(set(merged) - set(MODEL_KEYS))
+    if unknown:
+        raise ValueError(f"unknown model config key(s) {unknown}; expected keys among {list(MODEL_KEYS)}")
+    if "backbone" not in merged:
+        raise ValueError("model config needs a 'backbone' key (see dmlrepro.models.list_backbones())")
+    preset_name = merged.pop("preset", None)
+    if preset_name is not None:
+        if preset_name not in PRESETS:
+            raise ValueError(f"unknown model preset {preset_name!r}; expected one of {sorted(PRESETS)}")
+        for key, value in PRESETS[preset_name].items():
+            merged.setdefault(key, value)
+    return merged
+
+
+def _load_weights(model: EmbeddingModel, merged: Mapping[str, Any], spec) -> None:
+    """The trunk's pretrained weights (``pretrained``): the miniature's stand-in (a local file,
+    docs/miniature.md) or a registered weight file from the cache; nothing when false."""
+    pretrained, cache = merged.get("pretrained", False), merged.get("weights_cache_dir")
+    if pretrained == "standin":
+        from .standin import load_standin  # deferred: only the miniature's runs load the stand-in
         from .weights import default_cache_dir
 
-        cache = merged.get("weights_cache_dir")
         load_standin(model, merged.get("standin"), cache if cache else default_cache_dir())
         model.input_config["weights"] = "standin"
     elif pretrained:
-        from .weights import get_weight_spec, load_pretrained
+        from .weights import get_weight_spec, load_pretrained  # deferred: only pretrained runs read weights
 
+        name = model.backbone_name
         weight_name = spec.default_weights if pretrained is True else str(pretrained)
         if weight_name is None:
             raise ValueError(f"backbone {name!r} has no pretrained weights; set pretrained: false")
         wspec = get_weight_spec(weight_name)
         if resolve_backbone_name(wspec.architecture) != name:
             raise ValueError(f"weights {weight_name!r} are for {wspec.architecture!r}, not backbone {name!r}")
-        cache = merged.get("weights_cache_dir")
         load_pretrained(
             model, weight_name, os.fspath(cache) if cache else None, sha256=merged.get("weights_sha256")
         )
         model.input_config["weights"] = weight_name
-
-    if merged.get("bn_freeze", False):
-        freeze_batchnorm(model)
-    return model
 
 
 # -- BatchNorm freezing ------------------------------------------------------------------------
