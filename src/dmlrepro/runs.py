@@ -31,8 +31,6 @@ from dmlrepro.nested import canonical, deep_merge, dotted
 from dmlrepro.train.config import config_identity, resolve_run_config, without_late_defaults
 
 HASH_LENGTH = 10
-#: a training job's built-in requests to the scheduler, under resources.train.default / <dataset>
-TRAIN_REQUEST_DEFAULTS = {"runtime": 60, "mem_mb": 4000, "gpu": 0, "cpus": 1}
 
 
 class ExperimentError(ValueError):
@@ -55,38 +53,6 @@ def job_runtime(data_root: str, threads: int, cache_images: bool = False) -> dic
     `data_root` (rule prepare_dataset made it, so the engine's prepare step only finds it), image
     caching and torch's threads; all RUNTIME_KEYS, none part of a run's identity."""
     return {"dataset": {"root": data_root, "prepare": True, "cache_images": cache_images}, "threads": threads}
-
-
-def check_train_requests(config: Mapping[str, Any]) -> None:
-    """resources.train names only `default` and datasets of the config."""
-    requests = (config.get("resources") or {}).get("train") or {}
-    unknown = sorted(set(requests) - {"default"} - set(config["datasets"]))
-    if unknown:
-        raise ValueError(f"config resources.train.{unknown[0]}: expected 'default' or a key of datasets "
-                         f"({', '.join(sorted(config['datasets']))})")
-
-
-def train_request(config: Mapping[str, Any], dataset: str, search: Mapping[str, Any] | None = None) -> dict:
-    """A training job's requests to the scheduler (runtime in minutes, mem_mb, gpu, cpus: the job's
-    threads, warning: seconds of notice before the time limit): resources.train.<dataset> over
-    resources.train.default over TRAIN_REQUEST_DEFAULTS. A search job (`search`: its `search:`
-    block) trains trials × folds runs one after the other: its runtime is that many times longer."""
-    requests = (config.get("resources") or {}).get("train") or {}
-    merged = {**TRAIN_REQUEST_DEFAULTS, **(requests.get("default") or {}), **(requests.get(dataset) or {})}
-    if search is not None:
-        merged["runtime"] *= search["trials"] * len(search.get("folds") or [None])
-    return merged
-
-
-def slurm_signal(request: Mapping[str, Any], dataset: str) -> str:
-    """sbatch's --signal for a training job's `request` (train_request): SIGTERM to every process of
-    the job `warning` seconds (default: min(300, 15 s per minute of runtime)) before its time limit;
-    the run checkpoints after its current step and exits, and the profile's retries resume it."""
-    warning = request.get("warning", min(300, request["runtime"] * 15))
-    if warning >= request["runtime"] * 60:
-        raise ValueError(f"config resources.train ({dataset}): warning = {warning} s: expected less than "
-                         f"runtime = {request['runtime']} min")
-    return f"--signal=TERM@{warning}" if warning else ""
 
 
 def config_hash(resolved: Mapping[str, Any]) -> str:

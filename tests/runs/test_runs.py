@@ -165,7 +165,7 @@ def test_search_experiments_and_opt_in():
 def test_train_request_merges_dataset_over_default_over_the_built_ins():
     """docs/workflow.md: resources.train.<dataset> over resources.train.default over the built-in
     requests (60 min, 4000 MB, no GPU, 1 CPU); a search job runs trials × folds runs in one job."""
-    from dmlrepro.runs import check_train_requests, slurm_signal, train_request
+    from dmlrepro.job_requests import check_train_requests, slurm_signal, train_request
 
     config = {"datasets": {"cub200": {}, "sop": {}},
               "resources": {"train": {"default": {"runtime": 120, "gpu": 1}, "sop": {"runtime": 480, "mem_mb": 9000}}}}

@@ -6,14 +6,12 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from dmlrepro.nested import canonical, deep_merge
+from dmlrepro.job_requests import check_train_requests, slurm_signal, train_request
 from dmlrepro.runs import (
     active_experiments,
-    check_train_requests,
     dataset_parameters,
     experiment_runs,
     resolve_runs,
-    slurm_signal,
-    train_request,
 )
 from dmlrepro.tuning.final import FinalStage
 from dmlrepro.tuning.searches import method_search_spec, search_runs
@@ -252,7 +250,7 @@ def experiment_methods(wildcards):
 
 def train_resource(name):
     """A training job's resource `name` for the scheduler (runtime, mem_mb, gpu, cpus: the job's
-    threads, or slurm_extra: the warning signal), dmlrepro.runs.train_request and slurm_signal.
+    threads, or slurm_extra: the warning signal), dmlrepro.job_requests.train_request and slurm_signal.
     """
 
     def resource(wildcards):

@@ -36,11 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dmlrepro.job_requests import train_request
+
 #: the environment of a training job that knows its time budget (set by the workflow, docs/preflight.md)
 TIME_LIMIT_ENV = "DMLREPRO_TIME_LIMIT_MINUTES"
 RETRIES_ENV = "DMLREPRO_RETRIES"
 #: rule train's built-in runtime request (minutes) under resources.train.default / <dataset>
-DEFAULT_RUNTIME_MINUTES = 60
 
 
 @dataclass
@@ -220,13 +221,6 @@ def measure_kcenter(classes: int, pool: int, p: int, dim: int, device: str, time
     if str(device).startswith("cuda"):
         torch.cuda.synchronize()
     return (time.perf_counter() - start) * classes / n
-
-
-def train_request(config: Mapping[str, Any], dataset: str) -> dict[str, Any]:
-    """A training job's requests: resources.train.<dataset> over resources.train.default over the
-    built-ins (the order rule train uses)."""
-    requests = (config.get("resources") or {}).get("train") or {}
-    return {"runtime": DEFAULT_RUNTIME_MINUTES, **(requests.get("default") or {}), **(requests.get(dataset) or {})}
 
 
 def budget_hours(config: Mapping[str, Any], dataset: str, retries: int, runs_in_job: int = 1) -> float:

@@ -7,13 +7,13 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .projection import RETRIES_ENV, train_request
+from dmlrepro.job_requests import train_request
+
+from .projection import RETRIES_ENV
 
 #: under the config's `results` folder
 PREFLIGHT_JSON = "preflight/preflight.json"
 PREFLIGHT_TABLE = "preflight/preflight.txt"
-#: rule train's built-in requests (workflow/rules/common.smk, train_resource) under resources.train
-TRAIN_DEFAULTS = {"runtime": 60, "mem_mb": 4000, "gpu": 0, "cpus": 1}
 
 __all__ = ["PREFLIGHT_JSON", "PREFLIGHT_TABLE", "RETRIES_ENV", "largest_dataset", "preflight_resources",
            "put_on_pythonpath", "run_rule"]
@@ -47,7 +47,7 @@ def largest_dataset(config: Mapping[str, Any], experiments: Sequence[str]) -> st
 def preflight_resources(config: Mapping[str, Any], experiments: Sequence[str]) -> dict[str, Any]:
     """The preflight job's requests: those of a training job on the largest dataset, and its name."""
     dataset = largest_dataset(config, experiments)
-    return {**TRAIN_DEFAULTS, **train_request(config, dataset), "dataset": dataset}
+    return {**train_request(config, dataset), "dataset": dataset}
 
 
 def run_rule(config: dict[str, Any], experiments: Sequence[str], data_root: str, json_path: str,

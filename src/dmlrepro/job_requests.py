@@ -1,0 +1,42 @@
+"""A training job's requests to the scheduler (resources.train in the workflow config): the rules'
+resources, the preflight's budget and its job use the same merge."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+#: a training job's built-in requests to the scheduler, under resources.train.default / <dataset>
+TRAIN_REQUEST_DEFAULTS = {"runtime": 60, "mem_mb": 4000, "gpu": 0, "cpus": 1}
+
+
+def check_train_requests(config: Mapping[str, Any]) -> None:
+    """resources.train names only `default` and datasets of the config."""
+    requests = (config.get("resources") or {}).get("train") or {}
+    unknown = sorted(set(requests) - {"default"} - set(config["datasets"]))
+    if unknown:
+        raise ValueError(f"config resources.train.{unknown[0]}: expected 'default' or a key of datasets "
+                         f"({', '.join(sorted(config['datasets']))})")
+
+
+def train_request(config: Mapping[str, Any], dataset: str, search: Mapping[str, Any] | None = None) -> dict:
+    """A training job's requests to the scheduler (runtime in minutes, mem_mb, gpu, cpus: the job's
+    threads, warning: seconds of notice before the time limit): resources.train.<dataset> over
+    resources.train.default over TRAIN_REQUEST_DEFAULTS. A search job (`search`: its `search:`
+    block) trains trials × folds runs one after the other: its runtime is that many times longer."""
+    requests = (config.get("resources") or {}).get("train") or {}
+    merged = {**TRAIN_REQUEST_DEFAULTS, **(requests.get("default") or {}), **(requests.get(dataset) or {})}
+    if search is not None:
+        merged["runtime"] *= search["trials"] * len(search.get("folds") or [None])
+    return merged
+
+
+def slurm_signal(request: Mapping[str, Any], dataset: str) -> str:
+    """sbatch's --signal for a training job's `request` (train_request): SIGTERM to every process of
+    the job `warning` seconds (default: min(300, 15 s per minute of runtime)) before its time limit;
+    the run checkpoints after its current step and exits, and the profile's retries resume it."""
+    warning = request.get("warning", min(300, request["runtime"] * 15))
+    if warning >= request["runtime"] * 60:
+        raise ValueError(f"config resources.train ({dataset}): warning = {warning} s: expected less than "
+                         f"runtime = {request['runtime']} min")
+    return f"--signal=TERM@{warning}" if warning else ""
