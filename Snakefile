@@ -3,7 +3,10 @@
 #   snakemake --profile slurm all         the PFML paper's settings (config/paper.yaml) on a SLURM GPU cluster
 from snakemake.utils import min_version
 
-from dmlrepro.preflight.workflow import put_on_pythonpath
+import os
+
+from dmlrepro import jobserver
+from dmlrepro.preflight.workflow import RETRIES_ENV, put_on_pythonpath
 
 min_version("8.25")
 
@@ -26,6 +29,30 @@ include: "workflow/rules/pretrain.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/analysis.smk"
 include: "workflow/rules/preflight.smk"
+
+
+# Before the first job: the profile's retries, for each job's time budget (known once execution starts;
+# the jobs inherit the environment: workflow/scripts/train.py); with local execution in this
+# environment (no --sdm conda/apptainer: the server is this interpreter), the job server that the
+# Python jobs fork from (dmlrepro.jobserver, config key job_server; it exits with Snakemake).
+JOB_SERVER = []
+
+
+onstart:
+    os.environ.setdefault(RETRIES_ENV, str(workflow.execution_settings.retries))
+    own_env = not workflow.deployment_settings.deployment_method
+    if workflow.local_exec and own_env and config.get("job_server", True):
+        JOB_SERVER.append(jobserver.start())
+
+
+onsuccess:
+    for server in JOB_SERVER:
+        jobserver.stop(server)
+
+
+onerror:
+    for server in JOB_SERVER:
+        jobserver.stop(server)
 
 
 localrules:

@@ -4,7 +4,9 @@ are made anew) and reports CPU seconds (user + system) by job kind.
 
 Every Python job (and Snakemake itself) writes its own CPU time (``getrusage``: the process and its
 waited-for children, e.g. DataLoader workers) at exit through a ``sitecustomize`` put first on the
-PYTHONPATH of this benchmark's Snakemake only; Snakemake's own CPU is its process's time, and what
+PYTHONPATH of this benchmark's Snakemake only; a job run by the job server (docs/workflow.md#job-server)
+adds its forked child's CPU, which the server reports to it, and the server's own imports are a kind
+of their own; Snakemake's own CPU is its process's time, and what
 no Python job reports (each job's interpreter teardown after its atexit hooks: about 0.85 CPU-s
 for a process that imported torch; shells; the ILP scheduler's solver) is the rest of Snakemake's
 children.
@@ -30,12 +32,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 HOOK = '''import atexit, json, os, resource, sys, time
-_T0 = time.time()
+_T0, _PID0 = time.time(), os.getpid()
 def _dump():
+    if os.getpid() != _PID0:  # a fork of the job server: its job's process reports its CPU ("served")
+        return
     s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     sm = getattr(sys.modules.get("__main__"), "snakemake", None)
     rec = {"pid": os.getpid(), "argv": sys.argv[:2], "t0": _T0, "wall": time.time() - _T0,
-           "self": s.ru_utime + s.ru_stime, "children": c.ru_utime + c.ru_stime}
+           "self": s.ru_utime + s.ru_stime, "children": c.ru_utime + c.ru_stime,
+           "served": getattr(sys.modules.get("dmlrepro.jobserver"), "child_cpu_seconds", 0.0),
+           "server": "dmlrepro.jobserver" in " ".join(sys.orig_argv)}
     if hasattr(sm, "rule"):
         rec.update(rule=sm.rule, wildcards=dict(sm.wildcards.items()))
     with open(os.environ["BENCH_DEFAULT_LOG"], "a") as f:
@@ -57,6 +63,8 @@ def copy_checkout(dest: Path) -> None:
 def job_kind(record: dict) -> str:
     """train:<method> (the run id's first field), search, pretrain_standin, ... or snakemake."""
     rule = record.get("rule")
+    if record.get("server"):
+        return "job server (its imports)"
     if rule == "train":
         return "train:" + record["wildcards"]["run"].split("-")[0]
     if rule:
@@ -73,7 +81,8 @@ def summarise(log: Path, total: float | None = None) -> dict:
         kind = job_kind(rec)
         row = kinds[kind]
         row["jobs"] += 1
-        row["cpu_s"] += rec["self"] + (0.0 if kind.startswith("snakemake") else rec["children"])
+        own_children = not (kind.startswith("snakemake") or rec.get("server"))  # theirs are reported apart
+        row["cpu_s"] += rec["self"] + rec.get("served", 0.0) + (rec["children"] if own_children else 0.0)
         row["wall_s"] += rec["wall"]
     if total is not None:
         kinds["unreported (teardown, shells, ILP solver)"]["cpu_s"] = total - sum(r["cpu_s"] for r in kinds.values())

@@ -277,6 +277,12 @@ def test_rsw_kinds_corruptions_and_per_epoch_avg_dtp(finished):
     assert [c["paper"] for c in ours[0]["cells"]] == [72.5, 57.7]  # Table IV, Warped Softmax
 
 
+def test_local_jobs_fork_from_the_job_server(finished):
+    # docs/workflow.md#job-server; bit-identity with an in-process run: tests/train/test_served_run.py
+    logs = sorted((finished / "results" / "logs" / "train").glob("*.log"))
+    assert logs and all("forked from server" in log.read_text() for log in logs)
+
+
 def test_rerun_does_nothing(finished):
     assert "Nothing to be done" in snakemake(finished, TINY, "-n")
 

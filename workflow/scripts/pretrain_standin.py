@@ -1,10 +1,7 @@
-"""Plumbing for rule pretrain_standin: the recipe -> dmlrepro.models.standin.pretrain into the weights file."""
+"""Plumbing for rule pretrain_standin: the recipe -> dmlrepro.models.standin.pretrain into the weights
+file (in a fork of the job server when the workflow runs one: dmlrepro.jobserver)."""
 
-import torch
+from dmlrepro.jobserver import run_job
 
-from dmlrepro.models.standin import pretrain
-from dmlrepro.steplog import log_to
-
-with log_to(snakemake.log[0]):
-    torch.set_num_threads(snakemake.threads)
-    pretrain(snakemake.params.recipe, snakemake.output.weights)
+run_job("dmlrepro.models.standin:pretrain", snakemake.params.recipe, snakemake.output.weights,
+        threads=snakemake.threads, log=snakemake.log[0])

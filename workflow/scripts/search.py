@@ -1,16 +1,16 @@
 """Plumbing for rule search: a base run config and an experiment's `search:` block ->
-dmlrepro.tuning.run_search into the search's folder (trials.csv, best.json, study.db, trials/)."""
+dmlrepro.tuning.run_search into the search's folder (trials.csv, best.json, study.db, trials/); in a
+fork of the job server when the workflow runs one (dmlrepro.jobserver)."""
 
 from pathlib import Path
 
+from dmlrepro.jobserver import run_job
 from dmlrepro.nested import deep_merge
 from dmlrepro.runs import job_runtime
-from dmlrepro.steplog import log_to
-from dmlrepro.tuning import run_search
 
 runtime = job_runtime(snakemake.params.data_root, snakemake.threads, snakemake.config.get("cache_images", False))
 spec = snakemake.params.search
-with log_to(snakemake.log[0]):
-    run_search(deep_merge(snakemake.params.config, runtime), spec["space"], Path(snakemake.output.trials).parent,
-               trials=spec["trials"], folds=spec.get("folds"), seed=spec.get("seed", 0),
-               sampler=spec.get("sampler", "gp"), startup_trials=spec.get("startup_trials", 10), progress=False)
+run_job("dmlrepro.tuning:run_search", deep_merge(snakemake.params.config, runtime), spec["space"],
+        Path(snakemake.output.trials).parent, trials=spec["trials"], folds=spec.get("folds"), seed=spec.get("seed", 0),
+        sampler=spec.get("sampler", "gp"), startup_trials=spec.get("startup_trials", 10), progress=False,
+        log=snakemake.log[0])

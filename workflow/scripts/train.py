@@ -1,16 +1,15 @@
-"""Plumbing for rule train: one run config -> dmlrepro.train.train_run into the run's folder."""
+"""Plumbing for rule train: one run config -> dmlrepro.train.train_run into the run's folder (in a
+fork of the job server when the workflow runs one: dmlrepro.jobserver)."""
 
 import os
 from pathlib import Path
 
-from dmlrepro.preflight.projection import job_budget_env
-from dmlrepro.steplog import log_to
+from dmlrepro.jobserver import run_job
 from dmlrepro.nested import deep_merge
+from dmlrepro.preflight.projection import job_budget_env
 from dmlrepro.runs import job_runtime
-from dmlrepro.train import train_run
 
 runtime = job_runtime(snakemake.params.data_root, snakemake.threads, snakemake.config.get("cache_images", False))
 config = deep_merge(snakemake.params.config, runtime)
 os.environ.update(job_budget_env(snakemake.resources.runtime))  # the engine's time-budget check (docs/preflight.md)
-with log_to(snakemake.log[0]):
-    train_run(config, Path(snakemake.output.metrics).parent, progress=False)
+run_job("dmlrepro.train:train_run", config, Path(snakemake.output.metrics).parent, progress=False, log=snakemake.log[0])

@@ -4,30 +4,26 @@
     train_run({"dataset": {"name": "digits"}, "loss": {"name": "pfml"}}, "results/run1")
 
 See docs/training.md for every config key, the resume/signal protocol and the divergence record.
+The names below load their module on first use (PEP 562): `dmlrepro.train.config` alone, which the
+workflow's job scripts and the run table read, does not import torch.
 """
 
-from .checkpoint import CheckpointError, list_checkpoints, load_latest, read_checkpoint, save_checkpoint
-from .config import DEFAULTS, GROUPS, ConfigError, load_run_config, resolve_run_config
-from .engine import resolve_device, train_run
-from .evaluate import EMBEDDINGS_FILE, compute_embeddings, evaluate_run
-from .preemption import EXIT_INTERRUPTED, RunInterrupted
+import importlib
 
-__all__ = [
-    "DEFAULTS",
-    "GROUPS",
-    "EMBEDDINGS_FILE",
-    "EXIT_INTERRUPTED",
-    "CheckpointError",
-    "ConfigError",
-    "RunInterrupted",
-    "compute_embeddings",
-    "evaluate_run",
-    "list_checkpoints",
-    "load_latest",
-    "load_run_config",
-    "read_checkpoint",
-    "resolve_device",
-    "resolve_run_config",
-    "save_checkpoint",
-    "train_run",
-]
+_EXPORTS = {
+    "CheckpointError": "checkpoint", "list_checkpoints": "checkpoint", "load_latest": "checkpoint",
+    "read_checkpoint": "checkpoint", "save_checkpoint": "checkpoint",
+    "DEFAULTS": "config", "GROUPS": "config", "ConfigError": "config", "load_run_config": "config",
+    "resolve_run_config": "config",
+    "resolve_device": "engine", "train_run": "engine",
+    "EMBEDDINGS_FILE": "evaluate", "compute_embeddings": "evaluate", "evaluate_run": "evaluate",
+    "EXIT_INTERRUPTED": "preemption", "RunInterrupted": "preemption",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)

@@ -1,0 +1,243 @@
+"""A fork server for the local workflow's Python jobs (docs/workflow.md#job-server).
+
+Every training job of the embedded default is a fresh interpreter that spends ~5 CPU-seconds
+importing torch and torchvision and ~1 s tearing them down, about as long as the training itself.
+With ``snakemake --cores N`` (local execution) the workflow starts one server that imports them once
+(``PRELOAD``); a job's script then asks it to fork a child that runs the job's library function with
+the script's working directory, environment and standard streams (passed as file descriptors), and
+exits with the child's status. Forking copies the imported interpreter, nothing else: each run still
+seeds and sets its threads itself, so results are bit-identical to an in-process run (tested).
+
+* ``run_job(target, *args, log=..., **kwargs)``: what a script calls; runs ``target`` in a server
+  child when ``JOBSERVER_ENV`` names a live server, else in this process. Either way stdout/stderr go
+  to ``log`` (with the traceback of a failure) and the job's exit status is the function's.
+* ``start(folder)`` / ``stop(handle)``: the Snakefile's ``onstart`` / ``onsuccess`` / ``onerror``.
+
+The server is one thread (forking from a multi-threaded process can deadlock the child): a loop over
+the listening socket, the clients' connections and ``waitpid``. It never runs a torch operation, so
+no thread pool exists when it forks. A child whose client dies (a cancelled job) gets SIGTERM; the
+server exits when its parent (Snakemake) is gone. SLURM jobs run in-process: only local execution
+starts a server.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import os
+import pickle
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dmlrepro.steplog import log_to
+
+__all__ = ["JOBSERVER_ENV", "PRELOAD", "run_job", "start", "stop", "serve"]
+
+JOBSERVER_ENV = "DMLREPRO_JOBSERVER"  # the server's socket path, set by `start` for the jobs
+# what the jobs import (the first two cost ~5 CPU-seconds an interpreter); a module missing here only
+# costs its import in each child that needs it
+PRELOAD = ("torch", "torchvision", "dmlrepro.train.engine", "dmlrepro.tuning", "dmlrepro.models.standin",
+           "pytorch_metric_learning.losses", "sklearn.cluster", "dmlrepro.report.section_job", "matplotlib.pyplot")
+CONNECT_WAIT_S = 120.0  # how long a job waits for a server that is still importing
+_PID = struct.Struct("!i")  # the child's pid, sent when it starts
+_RESULT = struct.Struct("!id")  # its exit status and CPU seconds (user + system, with its waited-for children)
+child_cpu_seconds = 0.0  # the last served child's CPU time, for benchmarks/bench_default.py
+
+
+# -- the job's side ------------------------------------------------------------------------------
+def run_job(target: str, *args: Any, log: str | os.PathLike, **kwargs: Any) -> None:
+    """Run ``target`` (``"module:function"``) with ``args``/``kwargs``, its output in ``log``; in a
+    server child if one is up, else here. Exits the process with the child's status when it fails."""
+    conn = _connect(os.environ.get(JOBSERVER_ENV))
+    if conn is None:
+        _call_logged(target, args, kwargs, log)
+        return
+    with conn:
+        status = _run_remote(conn, (target, args, kwargs, str(log), os.getcwd(), dict(os.environ), sys.argv))
+    if status != 0:
+        sys.exit(status)
+
+
+def _connect(path: str | None) -> socket.socket | None:
+    """A connection to the server at ``path``, waiting while it starts; None without a server."""
+    if not path:
+        return None
+    deadline = time.monotonic() + CONNECT_WAIT_S
+    while True:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(path)
+            return conn
+        except OSError:
+            conn.close()
+            if not _server_alive(path) or time.monotonic() > deadline:
+                return None
+            time.sleep(0.1)
+
+
+def _server_alive(path: str) -> bool:
+    pid_file = Path(path).with_suffix(".pid")
+    try:
+        os.kill(int(pid_file.read_text()), 0)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _run_remote(conn: socket.socket, request: tuple) -> int:
+    """Send the request and this process's stdin/stdout/stderr; forward SIGTERM/SIGINT to the child;
+    return its exit status."""
+    payload = pickle.dumps(request)
+    socket.send_fds(conn, [struct.pack("!Q", len(payload))], [0, 1, 2])
+    conn.sendall(payload)
+    global child_cpu_seconds
+    (pid,) = _PID.unpack(_recv_exact(conn, _PID.size))
+    forward = lambda signum, frame: os.kill(pid, signum)  # noqa: E731
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(signum, forward)
+    status, child_cpu_seconds = _RESULT.unpack(_recv_exact(conn, _RESULT.size))
+    return status
+
+
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("the job server closed the connection")
+        data += chunk
+    return data
+
+
+def _call_logged(target: str, args: tuple, kwargs: dict, log: str, server: int | None = None) -> None:
+    module, _, name = target.partition(":")
+    function: Callable = getattr(importlib.import_module(module), name)
+    with log_to(log):
+        if server is not None:
+            print(f"dmlrepro job server: forked from server {server} (docs/workflow.md#job-server)")
+        function(*args, **kwargs)
+
+
+# -- the server's side ---------------------------------------------------------------------------
+def start(folder: str | os.PathLike | None = None, preload: tuple[str, ...] = PRELOAD) -> subprocess.Popen:
+    """Start a server (it imports ``preload`` first) and name its socket in ``JOBSERVER_ENV`` for the
+    jobs this process starts; jobs that start before it listens wait for it."""
+    folder = Path(folder or tempfile.mkdtemp(prefix="dmlrepro-jobs-"))
+    path = folder / "server.sock"
+    server = subprocess.Popen([sys.executable, "-m", "dmlrepro.jobserver", str(path), str(os.getpid()), *preload],
+                              stdin=subprocess.DEVNULL)
+    path.with_suffix(".pid").write_text(str(server.pid))
+    os.environ[JOBSERVER_ENV] = str(path)
+    return server
+
+
+def stop(server: subprocess.Popen) -> None:
+    """Stop the server (its children, if any, finish on their own)."""
+    os.environ.pop(JOBSERVER_ENV, None)
+    server.terminate()
+    server.wait()
+
+
+def serve(path: str, parent: int, preload: tuple[str, ...] = ()) -> None:
+    """Import ``preload``, listen at ``path`` and fork a child per request until SIGTERM or until the
+    process ``parent`` (the one that started this server) is gone."""
+    for module in preload:
+        importlib.import_module(module)
+    Path(path).unlink(missing_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    running: dict[socket.socket, int] = {}  # client connection -> child pid
+    cancelled: list[int] = []  # children of clients that went away, still to be reaped
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    try:
+        while os.getppid() == parent:
+            readable, _, _ = select.select([listener, *running], [], [], 0.2)
+            for conn in readable:
+                if conn is listener:
+                    _accept(listener, running)
+                else:  # a client wrote or went away before its child ended: a cancelled job
+                    cancelled.append(running.pop(conn))
+                    os.kill(cancelled[-1], signal.SIGTERM)
+                    conn.close()
+            _reap(running)
+            cancelled = [pid for pid in cancelled if not os.waitpid(pid, os.WNOHANG)[0]]
+    finally:
+        listener.close()
+        Path(path).unlink(missing_ok=True)
+        Path(path).with_suffix(".pid").unlink(missing_ok=True)
+
+
+def _accept(listener: socket.socket, running: dict[socket.socket, int]) -> None:
+    conn, _ = listener.accept()
+    try:
+        header, fds, _, _ = socket.recv_fds(conn, 8, 3)
+        request = pickle.loads(_recv_exact(conn, struct.unpack("!Q", header)[0]))
+    except (OSError, ValueError, struct.error, pickle.UnpicklingError) as e:
+        print(f"dmlrepro job server: a bad request ({e!r}), ignored", file=sys.stderr)
+        conn.close()
+        return
+    sys.stdout.flush()  # nothing buffered here may reach a child's streams
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child never returns
+        for other in (listener, *running):
+            other.close()
+        _child(request, fds)
+    for fd in fds:
+        os.close(fd)
+    conn.sendall(_PID.pack(pid))
+    running[conn] = pid
+
+
+def _child(request: tuple, fds: list[int]) -> None:
+    target, args, kwargs, log, cwd, environ, argv = request
+    status = 1
+    try:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_DFL)
+        for fd, std in zip(fds, (0, 1, 2)):
+            os.dup2(fd, std)
+            os.close(fd)
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(environ)
+        sys.argv = argv
+        _call_logged(target, args, kwargs, log, server=os.getppid())
+        status = 0
+    except SystemExit as e:
+        status = e.code if isinstance(e.code, int) else 1
+    except BaseException:  # the traceback is in the log (steplog.log_to)
+        print(f"dmlrepro job server: {target} failed; see {log}", file=sys.stderr)
+    finally:  # what an interpreter's exit does, less the teardown of its modules (~1 CPU-second with torch)
+        atexit._run_exitfuncs()  # e.g. multiprocessing's: stops persistent DataLoader workers
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+
+
+def _reap(running: dict[socket.socket, int]) -> None:
+    """Send each ended child's exit status to its client."""
+    for conn, pid in list(running.items()):
+        done, wait_status, usage = os.wait4(pid, os.WNOHANG)
+        if done:
+            del running[conn]
+            try:
+                code = os.waitstatus_to_exitcode(wait_status)  # -N: killed by signal N
+                conn.sendall(_RESULT.pack(code if code >= 0 else 128 - code, usage.ru_utime + usage.ru_stime))
+            except OSError:
+                pass
+            conn.close()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1], int(sys.argv[2]), tuple(sys.argv[3:]))
