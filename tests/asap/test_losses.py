@@ -5,10 +5,9 @@ import pytest
 import torch
 
 import asap_reference as ref
-from dmlrepro.asap import ASAP_LOSSES, ASAPLoss, PairLoss, build_asap_loss
-from dmlrepro.asap.losses import BASES
-
-
+from dmlrepro.losses import build_loss
+from dmlrepro.losses.asap import ASAP_LOSSES, ASAPLoss, PairLoss
+from dmlrepro.losses.pair_bases import BASES
 
 pytestmark = pytest.mark.usefixtures("float64_default")  # tests/conftest.py
 
@@ -159,14 +158,14 @@ def test_lipschitz_normalisation_inside_loss():
 
 def test_registry_and_errors():
     assert set(ASAP_LOSSES) == {f"{k}_{b}" for k in ("asap", "pair") for b in BASES}
-    loss = build_asap_loss("asap_c2", 5, 16, proxies_per_class=3)
+    loss = build_loss("asap_c2", 5, 16, proxies_per_class=3)
     assert loss.proxies.shape == (15, 16)
     assert loss.proxy_labels.tolist() == [c for c in range(5) for _ in range(3)]
-    with pytest.raises(ValueError, match="unknown ASAP loss"):
-        build_asap_loss("asap_nca", 5, 16)
+    with pytest.raises(ValueError, match="unknown loss 'asap_nca'"):
+        build_loss("asap_nca", 5, 16)
     with pytest.raises(TypeError, match="bad hyperparameters"):
-        build_asap_loss("asap_c2", 5, 16, margin=0.1)
+        build_loss("asap_c2", 5, 16, margin=0.1)
     with pytest.raises(ValueError, match="reduction"):
-        build_asap_loss("pair_ms", 5, 16, reduction="nonzero")
+        build_loss("pair_ms", 5, 16, reduction="nonzero")
     with pytest.raises(ValueError, match="anchor"):
-        build_asap_loss("asap_ms", 5, 16, anchor="both")
+        build_loss("asap_ms", 5, 16, anchor="both")

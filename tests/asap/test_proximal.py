@@ -4,7 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from dmlrepro.asap import ASAPLoss, ProximalRegularizer
+from dmlrepro.asap import ProximalRegularizer
+from dmlrepro.losses import ASAPLoss
 
 
 def _net(seed=0):

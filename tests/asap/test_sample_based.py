@@ -24,7 +24,8 @@ import pytest
 import torch
 
 import asap_reference as ref
-from dmlrepro.asap import build_asap_loss, sample_pools
+from dmlrepro.asap import sample_pools
+from dmlrepro.losses import build_loss
 from dmlrepro.train import list_checkpoints, read_checkpoint, resolve_run_config, train_run
 from dmlrepro.train.checkpoint import checkpoint_name
 
@@ -194,7 +195,7 @@ def test_loss_forward_with_given_proxies_matches_reference_and_backpropagates():
     """ASAPLoss(proxies=z): value and gradients w.r.t. the batch and z equal the float64 double loop."""
     torch.manual_seed(0)
     C, P, D = 3, 2, 4
-    loss = build_asap_loss("asap_c2", C, D, proxies_per_class=P, pos_margin=M_POS, neg_margin=M_NEG).double()
+    loss = build_loss("asap_c2", C, D, proxies_per_class=P, pos_margin=M_POS, neg_margin=M_NEG).double()
     loss.use_sample_proxies()
     assert loss.sample_based and list(loss.parameters()) == [] and not loss.proxies.requires_grad
     loss.use_sample_proxies()  # idempotent

@@ -3,7 +3,8 @@ Loss-Proxy readings (ASAP-R15, ASAP-R16)."""
 
 import pytest
 
-from dmlrepro.asap import asap_settings, build_asap_loss
+from dmlrepro.asap import asap_settings
+from dmlrepro.losses import build_loss
 
 # ASAP App. A.2, "Training procedure" (E: validation every 25 steps on CUB / Cars196, 250 on
 # SOP / InShop) and "ASAP" (P = 8 proxies per class, λ = 2·10⁻⁴, pool size b = 12 on CUB / Cars;
@@ -42,7 +43,7 @@ def test_variants():
     assert p["loss_hparams"]["proxies_per_class"] == 8 and p["lam"] == 0.0 and not p["alternate"]   # ASAP-R16
     plain = asap_settings("sop", "triplet", "plain")
     assert plain["loss_name"] == "pair_triplet" and "b" not in plain
-    loss = build_asap_loss(p["loss_name"], 10, 16, **p["loss_hparams"])
+    loss = build_loss(p["loss_name"], 10, 16, **p["loss_hparams"])
     assert loss.proxies.shape == (80, 16)
     with pytest.raises(ValueError):
         asap_settings("mnist", "c2")

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from dmlrepro.asap.losses import PairLoss
+from dmlrepro.losses.asap import PairLoss
 from dmlrepro.losses import LOSS_NAMES, build_loss
 from dmlrepro.losses.xbm import XBMLoss
 

@@ -31,7 +31,7 @@ def asap_settings(dataset: str, loss: str, variant: str = "L") -> dict:
 
     ``"L"``: ASAP-L; ``"S"``: ASAP-S (P = 1, same b, ASAP-R15); ``"proxy"``: Loss-Proxy (ASAP-L's P, λ = 0,
     no alternation, ASAP-R16); ``"plain"``: the batch-pair baseline (no proxies). Returns a dict with
-    ``loss_name``, ``loss_hparams`` (for :func:`build_asap_loss`) and the schedule / k-Center values.
+    ``loss_name``, ``loss_hparams`` (for :func:`dmlrepro.losses.build_loss`) and the schedule / k-Center values.
     """
     if dataset not in SETTINGS:
         raise ValueError(f"asap_settings: unknown dataset {dataset!r}; known: {DATASETS}")

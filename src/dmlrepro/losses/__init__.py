@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..asap.losses import ASAP_LOSSES
+from .asap import ASAP_LOSSES, ASAPLoss, PairLoss
 from .baselines import BASELINES, MinedLoss, ProxyNCAPaperLoss, build_baseline
 from .cpml import CPMLLoss
 from .hist import HISTLoss
@@ -34,5 +34,6 @@ def build_loss(name: str, num_classes: int, embedding_size: int, **hparams) -> n
         raise TypeError(f"loss {name!r}: bad hyperparameters {sorted(hparams)}: {error}") from error
 
 
-__all__ = ["BASELINES", "CPMLLoss", "HISTLoss", "LOSS_NAMES", "MinedLoss", "PFMLLoss", "ProxyNCAPaperLoss", "RSWLoss",
-           "RSW_FUNCTIONS", "XBMLoss", "XBM_LOSSES", "build_loss", "proxy_points"]
+__all__ = ["ASAPLoss", "ASAP_LOSSES", "BASELINES", "CPMLLoss", "HISTLoss", "LOSS_NAMES", "MinedLoss", "PFMLLoss",
+           "PairLoss", "ProxyNCAPaperLoss", "RSWLoss", "RSW_FUNCTIONS", "XBMLoss", "XBM_LOSSES", "build_loss",
+           "proxy_points"]

@@ -1,8 +1,8 @@
-"""What the proxy losses share: energies in float32 at least with autocast off, and the check of their inputs.
+"""What the losses written here share: float32 at least with autocast off, and the check of their inputs.
 
 PFML's energies and RSW's logits overflow or lose their small differences in half precision
 (docs/readings/pfml.md#pfml-r7), so each computes in float32 (float64 inputs stay float64) whatever
-autocast the engine runs the network under.
+autocast the engine runs the network under; ASAP's pair losses (`asap.py`, `xbm.py`) do the same.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ def full_precision(embeddings: torch.Tensor):
         yield torch.promote_types(embeddings.dtype, torch.float32)
 
 
-def check_embeddings(owner: object, embeddings: torch.Tensor, embedding_size: int) -> None:
-    """ValueError naming the loss unless `embeddings` is (B, embedding_size)."""
-    if embeddings.ndim != 2 or embeddings.shape[1] != embedding_size:
-        raise ValueError(f"{type(owner).__name__}: embeddings must be (B, {embedding_size}), "
+def check_embeddings(owner: object, embeddings: torch.Tensor, embedding_size: int | None) -> None:
+    """ValueError naming the loss unless `embeddings` is (B, embedding_size), or (B, D) for any D if None."""
+    if embeddings.ndim != 2 or embedding_size not in (None, embeddings.shape[1]):
+        raise ValueError(f"{type(owner).__name__}: embeddings must be (B, {embedding_size or 'D'}), "
                          f"got {tuple(embeddings.shape)}")

@@ -25,8 +25,8 @@ from torch import nn
 
 
 def __getattr__(name: str):
-    if name == "BlockSparseCentersRegularizer":  # defers PML's import (module docstring) to its first use
-        from .pml_regularizers import BlockSparseCentersRegularizer
+    if name == "BlockSparseCentersRegularizer":
+        from .pml_regularizers import BlockSparseCentersRegularizer  # deferred: imports PML (module docstring)
 
         return BlockSparseCentersRegularizer
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -114,7 +114,7 @@ def build_baseline(name: str, num_classes: int, embedding_size: int, **hparams) 
         if not (isinstance(tau, (int, float)) and not isinstance(tau, bool) and tau >= 0):
             raise ValueError(f"soft_triple: tau = {tau!r}: expected a number >= 0")
         if tau > 0 and args["centers_per_class"] > 1:  # R(w) is 0 (and PML's class refuses K = 1) otherwise
-            from .pml_regularizers import BlockSparseCentersRegularizer  # deferred heavy import (PML), on purpose
+            from .pml_regularizers import BlockSparseCentersRegularizer  # deferred: imports PML (module docstring)
 
             args["weight_regularizer"] = BlockSparseCentersRegularizer(num_classes, args["centers_per_class"])
             args["weight_reg_weight"] = float(tau)

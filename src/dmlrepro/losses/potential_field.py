@@ -148,7 +148,6 @@ class PotentialFieldLoss(nn.Module):
         self.search_dtype = search_dtype
         self._neighbours = NeighbourList(self.delta_rep, self.delta_rep / 10 if skin is None else skin,
                                          search_dtype=search_dtype)
-        self.last_terms: dict[str, torch.Tensor] = {}
         self.pair_path = None  # how the last call evaluated the proxy–proxy block: "dense", "neighbour", "chunked"
         self._listed_pairs_fit = True
 
@@ -204,7 +203,6 @@ class PotentialFieldLoss(nn.Module):
                     zp, pp = self._near_terms(z, y, q, far, sparse_zp, pairs)
                     u_zp, u_pp = u_zp + zp, u_pp + pp
             energy = u_zz + 2.0 * u_zp + u_pp  # eq. (6): each sample–proxy pair appears in both fields
-            self.last_terms = {"U_zz": u_zz.detach(), "U_zp": u_zp.detach(), "U_pp": u_pp.detach()}
             if self.reduction == "mean":
                 energy = energy / (z.shape[0] + q.shape[0])
         return energy

@@ -14,8 +14,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from ..asap.losses import ASAPLoss
 from ..asap.normalisation import normalize
+from .asap import ASAPLoss
 from .potential_field import PotentialFieldLoss
 from .rsw import RSWLoss
 

@@ -73,14 +73,6 @@ class RSWLoss(nn.Module):
         self.proxies = nn.Parameter(torch.empty(num_classes, embedding_size))
         nn.init.kaiming_normal_(self.proxies, mode="fan_out")
 
-    @classmethod
-    def from_table3(cls, name: str, num_classes: int, embedding_size: int, **overrides) -> "RSWLoss":
-        """The Table III / Fig. 9 function `name` (V1–V8, W1–W3); `overrides` set e.g. `scale`."""
-        if name not in RSW_FUNCTIONS:
-            raise ValueError(f"RSWLoss: unknown Table III function {name!r}; known: {sorted(RSW_FUNCTIONS)}")
-        kwargs = {"alpha": 0.0, "k1": 1.0, "k2": 1.0, **RSW_FUNCTIONS[name], **overrides}
-        return cls(num_classes, embedding_size, **kwargs)
-
     def warp_ground_truth(self, t1: torch.Tensor) -> torch.Tensor:
         """f1 of eq. 7 (Fig. 8's k on Δ)."""
         inner = self.k1 * t1

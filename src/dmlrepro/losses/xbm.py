@@ -8,8 +8,8 @@ step (the "slow drift" assumption: embeddings of a sample change slowly, so rece
 are close to the current ones). Each training step
 
 1. normalises the batch with the ASAP transform 𝒩 (paper §4.4, `normalize="lipschitz"`, as
-   :class:`~dmlrepro.asap.losses.PairLoss`; ASAP-R31: every method uses it);
-2. computes the base pair loss (C1, C2, MS or Triplet of :mod:`dmlrepro.asap.losses`) with the batch
+   :class:`~dmlrepro.losses.asap.PairLoss`; ASAP-R31: every method uses it);
+2. computes the base pair loss (C1, C2, MS or Triplet of :mod:`dmlrepro.losses.pair_bases`) with the batch
    samples as anchors:
 
    * ``combine="sum"`` (default; ASAP-R39, the later code's `losses/xbm.py`):
@@ -63,14 +63,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..asap.losses import BASES, _make_base
 from ..asap.normalisation import MODES, normalize
+from .base import check_embeddings, full_precision
+from .pair_bases import BASES, build_pair_base
 
 COMBINE = ("sum", "union")
 
 
 class XBMLoss(nn.Module):
-    """A base pair loss of :mod:`dmlrepro.asap.losses` with a cross-batch memory (XBM).
+    """A base pair loss of :mod:`dmlrepro.losses.pair_bases` with a cross-batch memory (XBM).
 
     `forward(embeddings, labels)` → scalar.
 
@@ -101,7 +102,7 @@ class XBMLoss(nn.Module):
             raise ValueError(f"XBMLoss: start_step must be an integer >= 0, got {start_step!r}")
         if embedding_size < 1:
             raise ValueError(f"XBMLoss: embedding_size must be >= 1, got {embedding_size}")
-        self.base_name, self.base = base_loss, _make_base(base_loss, hparams)
+        self.base_name, self.base = base_loss, build_pair_base(base_loss, hparams)
         self.embedding_size, self.memory_size, self.start_step = int(embedding_size), int(memory_size), int(start_step)
         self.combine, self.memory_weight, self.normalize = combine, memory_weight, normalize
         self.register_buffer("memory_embeddings", torch.zeros(self.memory_size, self.embedding_size))
@@ -120,26 +121,30 @@ class XBMLoss(nn.Module):
         return self.memory_embeddings[:n], self.memory_labels[:n]
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        check_embeddings(self, embeddings, self.embedding_size)
         if len(embeddings) > self.memory_size:
             raise ValueError(f"XBMLoss: memory_size {self.memory_size} is smaller than the batch of "
                              f"{len(embeddings)} embeddings; memory_size counts embeddings (batches × batch size)")
-        e = normalize(embeddings, self.normalize)
-        mem, mem_lab = self.memory()
-        use_memory = int(self.steps) >= self.start_step and len(mem) > 0
-        if not use_memory:
-            loss = self.base(e, labels, e, labels, exclude_self=True)
-        else:
-            # a copy: the enqueue below writes into the buffer in place, after autograd saved it
-            mem, mem_lab = mem.to(e.dtype, copy=True), mem_lab.to(labels.device, copy=True)
-            if self.combine == "sum":
-                loss = (self.base(e, labels, e, labels, exclude_self=True)
-                        + self.memory_weight * self.base(e, labels, mem, mem_lab))
-            else:  # batch first among the references: exclude_self removes the batch diagonal only
-                loss = self.base(e, labels, torch.cat([e, mem]), torch.cat([labels, mem_lab]), exclude_self=True)
-        if self.training:
-            self._enqueue(e.detach(), labels.detach())
-            self.steps += 1
+        with full_precision(embeddings) as dtype:
+            e = normalize(embeddings.to(dtype), self.normalize)
+            loss = self._memory_loss(e, labels)
+            if self.training:
+                self._enqueue(e.detach(), labels.detach())
+                self.steps += 1
         return loss
+
+    def _memory_loss(self, e: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The plain in-batch loss before `start_step` (or with an empty memory), then `combine`'s loss."""
+        mem, mem_lab = self.memory()
+        if int(self.steps) < self.start_step or len(mem) == 0:
+            return self.base(e, labels, e, labels, exclude_self=True)
+        # a copy: the enqueue after the loss writes into the buffer in place, after autograd saved it
+        mem, mem_lab = mem.to(e.dtype, copy=True), mem_lab.to(labels.device, copy=True)
+        if self.combine == "sum":
+            return (self.base(e, labels, e, labels, exclude_self=True)
+                    + self.memory_weight * self.base(e, labels, mem, mem_lab))
+        # batch first among the references: exclude_self removes the batch diagonal only
+        return self.base(e, labels, torch.cat([e, mem]), torch.cat([labels, mem_lab]), exclude_self=True)
 
     @torch.no_grad()
     def _enqueue(self, e: torch.Tensor, labels: torch.Tensor) -> None:
