@@ -22,7 +22,7 @@ COMMANDS = {
 
 
 def losses_main(argv: list[str]) -> int:
-    from dmlrepro.losses import BASELINES, LOSS_NAMES
+    from dmlrepro.losses import BASELINES, LOSS_NAMES  # deferred: imports torch
 
     for name in LOSS_NAMES:
         spec = BASELINES.get(name)

@@ -23,6 +23,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -31,6 +32,8 @@ from dmlrepro.nested import canonical, deep_merge, dotted
 from dmlrepro.train.config import config_identity, resolve_run_config, without_late_defaults
 
 HASH_LENGTH = 10
+#: The workflow's config schema in the checkout this package lives in (rule files validate against it).
+SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
 
 class ExperimentError(ValueError):
@@ -167,15 +170,32 @@ def experiment_runs(runs: Mapping[str, Run], experiment: str) -> list[Run]:
     return sorted((run for run in runs.values() if experiment in run.experiments), key=lambda r: r.position[experiment])
 
 
+def validate_workflow_config(config: dict[str, Any], schema: str | Path = SCHEMA) -> None:
+    """Check `config` against the workflow's schema and fill in its defaults, as the workflow's
+    common.smk does before it resolves the runs."""
+    # deferred: snakemake's import costs a tenth of a second, and the workflow has it loaded already
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    if not Path(schema).is_file():
+        raise ExperimentError(f"workflow config schema not found: {schema} (give its path with --schema)")
+    try:
+        validate(config, str(schema))
+    except WorkflowError as error:
+        raise ExperimentError(str(error)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """`dmlrepro runs [--config FILE] [--experiment NAME ...]`: the runs the experiments resolve to."""
     parser = argparse.ArgumentParser(prog="dmlrepro runs", description=main.__doc__)
     parser.add_argument("--config", default="config/config.yaml", help="workflow config (default: config/config.yaml)")
     parser.add_argument("--experiment", action="append", help="only this experiment (repeatable)")
+    parser.add_argument("--schema", default=str(SCHEMA), help=f"the workflow's config schema (default: {SCHEMA})")
     args = parser.parse_args(argv)
     with open(args.config) as handle:
         config = yaml.safe_load(handle)
     try:
+        validate_workflow_config(config, args.schema)
         runs = resolve_runs(config, args.experiment)
     except ExperimentError as error:
         print(f"dmlrepro runs: {args.config}: {error}")

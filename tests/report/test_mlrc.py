@@ -89,7 +89,8 @@ def test_concatenated_query_gallery_metrics_equal_a_direct_computation(tmp_path)
         hits = [g_labels[j] == q_labels[i] for j in order[:r]]
         maps.append(sum(sum(hits[:k + 1]) / (k + 1) for k in range(r) if hits[k]) / r)
         p1.append(float(hits[0]))
-    got = fold_ensemble_metrics(dirs, ks=(1,))
+    got = fold_ensemble_metrics([d / "embeddings_test.npz" for d in dirs], ks=(1,),
+                                gallery_files=[d / "embeddings_gallery.npz" for d in dirs])
     assert got["map@r"] == pytest.approx(np.mean(maps), abs=1e-6)
     assert got["precision@1"] == pytest.approx(np.mean(p1), abs=1e-6)
 

@@ -44,30 +44,30 @@ def _weights(t):
 def test_fp16_step_skips_on_inf_and_clips_unscaled_gradients(data_root, tmp_path):
     clip = 1e-3
     t, x, y = _trainer(tiny_config(data_root, grad_clip={"value": clip}, **FP16), tmp_path)
-    assert t.amp_dtype == torch.float16 and t.scaler.is_enabled()
+    assert t.amp_dtype == torch.float16 and t.stepper.scaler.is_enabled()
     for _ in range(10):  # the scaler backs off from 2**16 until the gradients fit float16
-        scale = t.scaler.get_scale()
+        scale = t.stepper.scaler.get_scale()
         t._step(x, y)
-        if t.scaler.get_scale() == scale:
+        if t.stepper.scaler.get_scale() == scale:
             break
-    assert t.scaler.get_scale() == scale < 2.0**16
+    assert t.stepper.scaler.get_scale() == scale < 2.0**16
     before = _weights(t)
     hook = next(t.model.parameters()).register_hook(lambda g: g * float("inf"))  # force an inf gradient
     t._step(x, y)
     assert t._sync(1, {}) is None  # an overflow is the scaler's business, not a divergence
     assert all(torch.equal(a, b) for a, b in zip(before, _weights(t)))  # step skipped
-    assert t.scaler.get_scale() == scale * 0.5  # backoff
+    assert t.stepper.scaler.get_scale() == scale * 0.5  # backoff
     hook.remove()
     t._step(x, y)
     assert not all(torch.equal(a, b) for a, b in zip(before, _weights(t)))
     # clipped after unscaling: the largest gradient is the clip value itself, not clip / scale
-    grads = torch.cat([p.grad.flatten() for p in t.clip_params if p.grad is not None])
+    grads = torch.cat([p.grad.flatten() for p in t.stepper.clip_params if p.grad is not None])
     assert grads.abs().max() == torch.tensor(clip, dtype=grads.dtype)
 
 
 def test_bf16_autocast_on_the_cpu(data_root, tmp_path):
     t, x, y = _trainer(tiny_config(data_root, amp={"enabled": True, "dtype": "bfloat16"}), tmp_path)
-    assert t.amp_dtype == torch.bfloat16 and not t.scaler.is_enabled()
+    assert t.amp_dtype == torch.bfloat16 and not t.stepper.scaler.is_enabled()
     with torch.autocast("cpu", dtype=t.amp_dtype):
         assert t.model(x).dtype == torch.bfloat16
     before = _weights(t)

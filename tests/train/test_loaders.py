@@ -255,3 +255,80 @@ def test_signal_during_an_asap_pool_embedding_resumes_bit_identical(synth_root, 
 
     la, lb = (json.loads((d / "validation_log.json").read_text()) for d in (ref, out))
     assert strip(la) == strip(lb)
+
+
+def _mixed_sizes(root):
+    """A prepared dataset of 6 PNGs of three sizes (the real benchmarks' images differ in size)."""
+    from PIL import Image
+
+    from dmlrepro.data import ManifestDataset
+    from dmlrepro.data.prepared import finalize, new_staging
+
+    sizes = [(12, 20), (16, 16), (9, 14)] * 2  # (height, width)
+    staging = new_staging(root / "mixed")
+    paths = []
+    for k, (h, w) in enumerate(sizes):
+        paths.append(f"images/{k}.png")
+        (staging / "images").mkdir(exist_ok=True)
+        pixels = np.random.default_rng(k).integers(0, 256, (h, w, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(staging / paths[-1])
+    finalize(root / "mixed", staging, paths, [k % 3 for k in range(6)], ["train"] * 6)
+    return ManifestDataset(root / "mixed", cache_images=True), sizes
+
+
+def test_shared_cache_takes_the_sizes_recorded_at_preparation(tmp_path, monkeypatch):
+    """Start-up opens no image when the sizes are recorded; the slots have the decoded shapes and
+    the cache returns the decoder's bytes."""
+    from dmlrepro.data.dataset import load_image
+    from dmlrepro.data.prepared import SIZES_NAME, unprepare
+    from dmlrepro.train import imagecache
+
+    ds, sizes = _mixed_sizes(tmp_path)
+    plain = [load_image(os.path.join(ds.root, p)) for p in ds.paths]
+
+    def no_header(path):
+        raise AssertionError(f"header of {path} read")
+
+    monkeypatch.setattr(imagecache, "_header_shape", no_header)
+    cache = imagecache.share_image_cache([ds], budget_mb=64, say=lambda _m: None)
+    assert cache.shapes == sizes and cache.nbytes == sum(3 * h * w for h, w in sizes)
+    for i in range(len(ds)):
+        ds[i]
+        assert torch.equal(ds._cache[i], plain[i]) and i not in ds._cache.own
+    assert int(cache.filled.sum()) == len(ds)
+    unprepare(tmp_path / "mixed")  # the record goes with its manifest
+    assert not (tmp_path / "mixed" / SIZES_NAME).exists()
+
+
+def test_without_recorded_sizes_headers_are_read_until_the_budget_is_spent(tmp_path, monkeypatch):
+    from dmlrepro.data import ManifestDataset
+    from dmlrepro.data.prepared import SIZES_NAME
+    from dmlrepro.train import imagecache
+
+    ds, sizes = _mixed_sizes(tmp_path)
+    (tmp_path / "mixed" / SIZES_NAME).unlink()  # a dataset prepared before the sizes were recorded
+    read = []
+    header = imagecache._header_shape
+    monkeypatch.setattr(imagecache, "_header_shape", lambda path: read.append(path) or header(path))
+    assert imagecache.share_image_cache([ds], budget_mb=64, say=lambda _m: None).shapes == sizes
+    assert len(read) == len(ds)
+    read.clear()
+    fresh = ManifestDataset(ds.root, cache_images=True)
+    budget_mb = sum(3 * h * w for h, w in sizes[:2]) / 2**20  # holds the first two images
+    assert imagecache.share_image_cache([fresh], budget_mb=budget_mb, say=lambda _m: None) is None
+    assert len(read) == 3 and isinstance(fresh._cache, dict)
+
+
+def test_a_wrong_recorded_size_keeps_that_image_in_its_process(tmp_path):
+    from dmlrepro.data.dataset import load_image
+    from dmlrepro.data.prepared import SIZES_NAME
+    from dmlrepro.train import imagecache
+
+    ds, sizes = _mixed_sizes(tmp_path)
+    record = tmp_path / "mixed" / SIZES_NAME
+    record.write_text(record.read_text().replace("images/0.png,12,20", "images/0.png,20,12"))
+    cache = imagecache.share_image_cache([ds], budget_mb=64, say=lambda _m: None)
+    assert cache.shapes[0] == (20, 12)
+    ds[0], ds[1]
+    assert 0 in ds._cache.own and not cache.filled[0] and cache.filled[1]
+    assert torch.equal(ds._cache[0], load_image(os.path.join(ds.root, ds.paths[0])))

@@ -4,6 +4,8 @@ corruptions (RSW Table IV), each against a literal computation from the saved ch
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import numpy as np
 import pandas as pd
@@ -11,8 +13,8 @@ import pytest
 import torch
 import yaml
 
-from dmlrepro.train import ConfigError, resolve_run_config, train_run
-from dmlrepro.train.checkpoint import list_checkpoints, read_checkpoint
+from dmlrepro.train import ConfigError, RunInterrupted, resolve_run_config, train_run
+from dmlrepro.train.checkpoint import checkpoint_name, list_checkpoints, read_checkpoint
 from dmlrepro.train.data import build_train_eval, open_manifest
 from dmlrepro.train.evaluate import compute_embeddings
 from dmlrepro.train.modeling import build_run_loss, build_run_model
@@ -102,6 +104,35 @@ def test_corruption_metrics_equal_a_direct_evaluation(tiny, tmp_path):
         np.fill_diagonal(dist, np.inf)
         recall1 = float(np.mean(labels[dist.argmin(1)] == labels))
         assert record["corruption_metrics"][f"recall@1@{key}"] == pytest.approx(recall1, abs=1.5 / len(ds))
+
+
+@pytest.mark.slow
+def test_a_signal_during_the_corruption_evaluation_stops_after_the_batch_and_the_rerun_finishes(tiny, tmp_path,
+                                                                                             monkeypatch):
+    """SIGTERM as the final model starts embedding the first corrupted test set: the pass stops after
+    its batch, the run exits (RunInterrupted: exit 75) with the final checkpoint and no metrics.json,
+    before the next corruption; the rerun finishes with an uninterrupted run's metrics."""
+    import dmlrepro.train.data as data
+
+    cfg = _rsw(tiny, eval__corruptions=[{"name": "gaussian", "severity": 3}, {"name": "cutout"}],
+               dataset__eval_batch_size=64)
+    reference = train_run(cfg, tmp_path / "ref", progress=False)
+    out, built, orig = tmp_path / "run", [], data.build_test_corrupted
+
+    def corrupted(*args, **kwargs):
+        built.append(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return orig(*args, **kwargs)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(data, "build_test_corrupted", corrupted)
+        with pytest.raises(RunInterrupted):
+            train_run(cfg, out, progress=False)
+    assert built == [1]  # the second corruption was never built
+    assert not (out / "metrics.json").exists()
+    assert list_checkpoints(out / "checkpoints")[-1].name == checkpoint_name(cfg["epochs"] + 1, 0)
+    record = train_run(cfg, out, progress=False)
+    assert record["corruption_metrics"] == reference["corruption_metrics"] and record["metrics"] == reference["metrics"]
 
 
 @pytest.mark.parametrize("overrides,message", [

@@ -507,10 +507,9 @@ def test_run_identity_unchanged_without_validation_or_asap(tmp_path):
 
 def test_asap_proxies_are_proxy_points_in_their_normalised_space():
     """eval.proxy_metrics (W2, AvgDTP) see ASAP's proxies after 𝒩(v) = v / max(1, ‖v‖), one label per row c·P + k."""
-    from dmlrepro.asap import build_asap_loss
-    from dmlrepro.losses import proxy_points
+    from dmlrepro.losses import build_loss, proxy_points
 
-    loss = build_asap_loss("asap_c2", 3, 4, proxies_per_class=2)
+    loss = build_loss("asap_c2", 3, 4, proxies_per_class=2)
     loss.set_proxies(torch.tensor([[3.0, 0, 0, 0], [0.5, 0, 0, 0]]).repeat(3, 1))
     points, labels = proxy_points(loss)
     assert labels.tolist() == [0, 0, 1, 1, 2, 2]

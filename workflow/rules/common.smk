@@ -5,6 +5,7 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
+from dmlrepro.data.manifest import MANIFEST_NAME
 from dmlrepro.nested import canonical, deep_merge
 from dmlrepro.job_requests import check_train_requests, slurm_signal, train_request
 from dmlrepro.runs import (
@@ -13,11 +14,13 @@ from dmlrepro.runs import (
     experiment_runs,
     resolve_runs,
 )
+from dmlrepro.tuning.bayes import BEST_JSON, TRIALS_CSV
 from dmlrepro.tuning.final import FinalStage
 from dmlrepro.tuning.searches import method_search_spec, search_runs
 from dmlrepro.report.claims import check_claims, load_catalogue
 from dmlrepro.report.sections import check_report
 from dmlrepro.train.data import label_noise_path
+from dmlrepro.train.state import RunDir
 
 validate(config, "../schemas/config.schema.yaml")
 # a bad report fails before any job
@@ -98,7 +101,7 @@ def final_fold_logs(wildcards):
     """The train logs of a final stage's fold runs (rule final_epochs reads how long they trained)."""
     best = checkpoint_json("search", "best", True, search=wildcards.search)
     runs = FINAL.fold_runs(wildcards.experiment, wildcards.search, best)
-    return [f"{RESULTS}/runs/{run_id}/train_log.csv" for run_id in runs]
+    return [f"{RESULTS}/runs/{run_id}/{RunDir.TRAIN_LOG}" for run_id in runs]
 
 
 def table_runs(experiment):
@@ -123,7 +126,7 @@ def dataset_of(wildcards):
 def run_inputs(wildcards):
     """The prepared dataset, and the seeded noisy labels when the run asks for label noise."""
     dataset = dataset_of(wildcards)
-    inputs = {"manifest": f"{DATA}/{dataset['name']}/manifest.csv"}
+    inputs = {"manifest": f"{DATA}/{dataset['name']}/{MANIFEST_NAME}"}
     if dataset["label_noise"] is not None:
         inputs["label_noise"] = str(label_noise_path({**dataset, "root": DATA}))
     return inputs
@@ -145,14 +148,14 @@ def experiment_run_files(name):
     return files
 
 
-experiment_metrics = experiment_run_files("metrics.json")
-experiment_logs = experiment_run_files("train_log.csv")
+experiment_metrics = experiment_run_files(RunDir.METRICS)
+experiment_logs = experiment_run_files(RunDir.TRAIN_LOG)
 
 
 def experiment_search_trials(wildcards):
     """The trials.csv of every search of the experiment (none for an experiment without `search:`)."""
     return [
-        f"{RESULTS}/search/{run.run_id}/trials.csv"
+        f"{RESULTS}/search/{run.run_id}/{TRIALS_CSV}"
         for run in experiment_runs(SEARCHES, wildcards.experiment)
     ]
 
@@ -182,7 +185,7 @@ def experiment_manifests(wildcards):
         for run in table_runs(wildcards.experiment)
         + experiment_runs(SEARCHES, wildcards.experiment)
     }
-    return [f"{DATA}/{name}/manifest.csv" for name in sorted(names)]
+    return [f"{DATA}/{name}/{MANIFEST_NAME}" for name in sorted(names)]
 
 
 def section_runs(wildcards):

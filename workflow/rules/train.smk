@@ -3,8 +3,8 @@ rule train:
         unpack(run_inputs),
         standin=lambda wildcards: run_weights(trained_run(wildcards).config, STANDIN),  # workflow/rules/pretrain.smk
     output:
-        metrics=f"{RESULTS}/runs/{{run}}/metrics.json",
-        train_log=f"{RESULTS}/runs/{{run}}/train_log.csv",
+        metrics=f"{RESULTS}/runs/{{run}}/{RunDir.METRICS}",
+        train_log=f"{RESULTS}/runs/{{run}}/{RunDir.TRAIN_LOG}",
     log:
         f"{RESULTS}/logs/train/{{run}}.log",
     conda:
@@ -32,8 +32,8 @@ checkpoint search:
         unpack(run_inputs),
         standin=lambda wildcards: run_weights(trained_run(wildcards).config, STANDIN),  # workflow/rules/pretrain.smk
     output:
-        trials=f"{RESULTS}/search/{{search}}/trials.csv",
-        best=f"{RESULTS}/search/{{search}}/best.json",
+        trials=f"{RESULTS}/search/{{search}}/{TRIALS_CSV}",
+        best=f"{RESULTS}/search/{{search}}/{BEST_JSON}",
     log:
         f"{RESULTS}/logs/search/{{search}}.log",
     conda:

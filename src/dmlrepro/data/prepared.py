@@ -8,6 +8,8 @@ anything else in the folder without a manifest is leftover work that the next ru
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import shutil
@@ -19,6 +21,7 @@ from ..atomic import atomic_write_text, remove_path
 from .manifest import MANIFEST_NAME, Manifest, ManifestError, check_counts, read_manifest, write_manifest
 
 INFO_NAME = "prepare_info.json"
+SIZES_NAME = "image_sizes.csv"  # path,height,width of every image, from the header read at preparation
 ARCHIVE_DIR = "archives"  # downloaded or user-placed archives, kept across runs
 
 
@@ -42,6 +45,7 @@ def unprepare(ds_dir: Path) -> None:
     """
     remove_path(ds_dir / MANIFEST_NAME)
     remove_path(ds_dir / INFO_NAME)
+    remove_path(ds_dir / SIZES_NAME)
     if ds_dir.is_dir():
         for child in ds_dir.iterdir():
             if child.name.startswith(".staging-"):
@@ -82,7 +86,7 @@ def finalize(
                     "the extracted archive; the archive is incomplete or a different version. "
                     "Delete it and download it again."
                 )
-        _check_images(ds_dir.name, staging, paths)
+        _write_image_sizes(staging / SIZES_NAME, paths, _check_images(ds_dir.name, staging, paths))
         # Validate by writing the manifest inside the staging folder, then reading it back.
         staged_manifest = write_manifest(staging / MANIFEST_NAME, paths, labels, splits, item_ids)
         manifest = read_manifest(staged_manifest)
@@ -102,23 +106,48 @@ def finalize(
     return ds_dir / MANIFEST_NAME
 
 
-def _check_images(name: str, staging: Path, paths: Sequence[str]) -> None:
+def _check_images(name: str, staging: Path, paths: Sequence[str]) -> list[tuple[int, int]]:
     """Every listed image must at least open as an image (header only, no decoding: about 50 µs a
     file). A file that exists but is not an image (an HTML error page saved as .jpg, a zero-byte
     file) is reported here, naming the file, instead of as a decode error in the middle of
-    training (docs/bad-input.md)."""
+    training (docs/bad-input.md). Returns each image's (height, width)."""
     from PIL import Image, UnidentifiedImageError
 
+    sizes = []
     for p in paths:
         try:
             with Image.open(staging / p) as im:
                 if min(im.size) < 1:
                     raise ValueError(f"size {im.size}")
+                sizes.append((im.size[1], im.size[0]))
         except (UnidentifiedImageError, OSError, ValueError) as e:
             raise ManifestError(
                 f"{name}: image {p!r} is not a readable image ({type(e).__name__}: {e}); expected an image file. "
                 "The archive is corrupt or a different version. Delete it and download it again."
             ) from None
+    return sizes
+
+
+def _write_image_sizes(path: Path, paths: Sequence[str], sizes: Sequence[tuple[int, int]]) -> None:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(("path", "height", "width"))
+    writer.writerows((p, h, w) for p, (h, w) in zip(paths, sizes))
+    path.write_text(buf.getvalue())
+
+
+def read_image_sizes(folder: str | os.PathLike) -> dict[str, tuple[int, int]]:
+    """path -> (height, width) of the images of a prepared dataset folder, as read from their
+    headers at preparation; empty for a folder prepared before the sizes were recorded (or by hand)."""
+    try:
+        with open(Path(folder) / SIZES_NAME, newline="") as fh:
+            rows = list(csv.reader(fh))
+    except OSError:
+        return {}
+    try:
+        return {p: (int(h), int(w)) for p, h, w in rows[1:]}
+    except ValueError:  # an unreadable record: the headers are read instead
+        return {}
 
 
 def load_prepared(root: str | os.PathLike, name: str) -> Manifest:

@@ -12,15 +12,14 @@ Both in the space they are given (ASAP-R23: the 128-d normalised embedding; t-SN
 from __future__ import annotations
 
 import numpy as np
+import torch
+
+from dmlrepro.asap.kcenter import farthest_first
 
 
 def greedy_covering_radii(points: np.ndarray) -> np.ndarray:
     """r_1..r_n of the farthest-first traversal of `points` (n, D) started at point 0 (the traversal
     is ASAP's own k-Center, :func:`dmlrepro.asap.kcenter.farthest_first`)."""
-    import torch
-
-    from dmlrepro.asap.kcenter import farthest_first
-
     points = np.asarray(points, dtype=np.float64)
     if len(points) == 0:
         raise ValueError("greedy_covering_radii: no points")

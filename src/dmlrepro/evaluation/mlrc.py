@@ -13,7 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from .embeddings_io import load_embeddings
 from .knn import l2_normalize, to_float32_matrix
+from .retrieval import compute_retrieval
 
 
 def concatenate_fold_embeddings(fold_embeddings: Sequence[Any]) -> np.ndarray:
@@ -34,28 +36,22 @@ def concatenate_fold_embeddings(fold_embeddings: Sequence[Any]) -> np.ndarray:
     return l2_normalize(np.concatenate([l2_normalize(p) for p in parts], axis=1))
 
 
-def fold_ensemble_metrics(run_dirs: Sequence[Any], ks: Sequence[int] = (1,)) -> dict[str, float]:
-    """MLRC "Concatenated (512-dim)" metrics of the fold models in `run_dirs` (fold order): their
-    test embeddings (``embeddings_test.npz``, and ``embeddings_gallery.npz`` for query→gallery
-    datasets such as In-Shop) concatenated by :func:`concatenate_fold_embeddings`, then the
-    retrieval metrics of :func:`compute_retrieval` on the result (Euclidean on unit vectors)."""
-    from pathlib import Path
-
-    from .embeddings_io import load_embeddings
-    from .retrieval import compute_retrieval
-
-    def stacked(name: str):
-        sets = [load_embeddings(Path(d) / name) for d in run_dirs]
-        for d, s in zip(run_dirs, sets):
+def fold_ensemble_metrics(query_files: Sequence[Any], ks: Sequence[int] = (1,),
+                          gallery_files: Sequence[Any] | None = None) -> dict[str, float]:
+    """MLRC "Concatenated (512-dim)" metrics of the fold models (fold order): their saved test
+    embeddings `query_files` (and `gallery_files` for query→gallery datasets such as In-Shop)
+    concatenated by :func:`concatenate_fold_embeddings`, then the retrieval metrics of
+    :func:`compute_retrieval` on the result (Euclidean on unit vectors)."""
+    def stacked(files: Sequence[Any]):
+        sets = [load_embeddings(f) for f in files]
+        for f, s in zip(files, sets):
             if not (np.array_equal(s.indices, sets[0].indices) and np.array_equal(s.labels, sets[0].labels)):
-                raise ValueError(f"{d}/{name} embeds other items than {run_dirs[0]}/{name}: folds must share the test split")
+                raise ValueError(f"{f} embeds other items than {files[0]}: folds must share the test split")
         return concatenate_fold_embeddings([s.embeddings for s in sets]), sets[0].labels
 
-    if not run_dirs:
+    if not query_files:
         raise ValueError("fold_ensemble_metrics: no fold runs")
-    query, labels = stacked("embeddings_test.npz")
-    gallery = gallery_labels = None
-    if (Path(run_dirs[0]) / "embeddings_gallery.npz").is_file():
-        gallery, gallery_labels = stacked("embeddings_gallery.npz")
+    query, labels = stacked(query_files)
+    gallery, gallery_labels = stacked(gallery_files) if gallery_files else (None, None)
     return compute_retrieval(query, labels, tuple(ks), gallery=gallery, gallery_labels=gallery_labels,
                              distance="euclidean").metrics

@@ -14,6 +14,8 @@ from torch import nn
 
 from .backbones import get_backbone_spec, resolve_backbone_name
 from .heads import CNN_POOLS, TOKEN_POOLS, GlobalPool, build_head
+from .standin import load_standin
+from .weights import default_cache_dir, get_weight_spec, load_pretrained
 
 __all__ = [
     "EmbeddingModel",
@@ -229,14 +231,9 @@ def _load_weights(model: EmbeddingModel, merged: Mapping[str, Any], spec) -> Non
     docs/miniature.md) or a registered weight file from the cache; nothing when false."""
     pretrained, cache = merged.get("pretrained", False), merged.get("weights_cache_dir")
     if pretrained == "standin":
-        from .standin import load_standin  # deferred: only the miniature's runs load the stand-in
-        from .weights import default_cache_dir
-
         load_standin(model, merged.get("standin"), cache if cache else default_cache_dir())
         model.input_config["weights"] = "standin"
     elif pretrained:
-        from .weights import get_weight_spec, load_pretrained  # deferred: only pretrained runs read weights
-
         name = model.backbone_name
         weight_name = spec.default_weights if pretrained is True else str(pretrained)
         if weight_name is None:

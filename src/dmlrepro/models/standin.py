@@ -26,6 +26,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dmlrepro.atomic import atomic_open
+from dmlrepro.data.synthetic import render_classes
+
+from .backbones import create_backbone, get_backbone_spec
+
 __all__ = ["RECIPE_DEFAULTS", "resolve_recipe", "recipe_hash", "weights_file", "pretrain", "load_standin",
            "StandinError", "workflow_recipes", "run_weights", "with_folder", "main"]
 
@@ -81,8 +86,6 @@ def weights_file(folder: str | os.PathLike, recipe: Mapping[str, Any] | None = N
 
 # -- pretraining -------------------------------------------------------------------------------
 def _images(recipe: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
-    from dmlrepro.data.synthetic import render_classes
-
     images, labels = render_classes(**recipe["classes"])
     return torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), torch.from_numpy(labels).long()
 
@@ -105,13 +108,13 @@ def _normalise(batch: torch.Tensor, input_config: Mapping[str, Any]) -> torch.Te
     return (batch.float() / 255.0 - mean) / std
 
 
-def pretrain(recipe: Mapping[str, Any] | None, out: str | os.PathLike, log=print) -> dict[str, Any]:
+def pretrain(recipe: Mapping[str, Any] | None, out: str | os.PathLike, log=print, threads: int | None = None) -> dict[str, Any]:
     """Train the recipe's trunk with a linear softmax classifier on its generated classes; write
-    ``{"recipe", "hash", "trunk", "train_accuracy"}`` to ``out`` (a torch file). Returns the summary."""
-    from dmlrepro.atomic import atomic_open
-    from .backbones import create_backbone, get_backbone_spec
-
+    ``{"recipe", "hash", "trunk", "train_accuracy"}`` to ``out`` (a torch file), on ``threads`` torch
+    threads if given (a runtime setting). Returns the summary."""
     r = resolve_recipe(recipe)
+    if threads:
+        torch.set_num_threads(threads)
     torch.manual_seed(r["seed"])
     gen = torch.Generator().manual_seed(r["seed"])
     images, labels = _images(r)

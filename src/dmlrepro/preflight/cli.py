@@ -18,11 +18,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
+from tqdm import tqdm
 
+from dmlrepro.data import load
+from dmlrepro.data.prepared import is_prepared
+from dmlrepro.data.registry import EMBEDDED
 from dmlrepro.nested import deep_merge
 from dmlrepro.train.config import resolve_run_config
 
+from .node import node_facts
 from .projection import (RunCost, Speed, budget_hours, measure_kcenter, measure_knn, profile_retries, run_hours,
                          split_counts, summarize)
 from .shapes import Shape, group_runs, train_classes
@@ -96,8 +102,6 @@ def preflight(config: dict[str, Any], label: str, *, shapes=None, device: str = 
 
 
 def _device(name: str) -> str:
-    import torch
-
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():
@@ -110,11 +114,6 @@ def run_preflight(config: dict[str, Any], shapes: list[Shape], unresolved, membe
                   scratch: Path, shape_timeout: float = DEFAULT_SHAPE_TIMEOUT) -> dict[str, Any]:
     """Measure every shape, project every run; returns the JSON document, the table's rows and
     the problems (failed shapes, over-budget runs)."""
-    import torch
-    from tqdm import tqdm
-
-    from .node import node_facts
-
     warned: set[str] = set()
     rows, costs, problems, notes = [], [], [], {}
     # on a CPU node the shapes share the machine's memory: at most 80 % of what is available now
@@ -154,8 +153,6 @@ def run_preflight(config: dict[str, Any], shapes: list[Shape], unresolved, membe
 
 def _measure(worker: ShapeWorker, shape: Shape, device: str, steps: int, batch_size: int | None, data_root: str, scratch: Path,
              warned: set[str]) -> tuple[Measurement, str | None]:
-    from tqdm import tqdm
-
     cfg = shape.config
     try:
         source = data_source(cfg["dataset"], data_root, scratch)
@@ -214,10 +211,6 @@ def _kcenter_seconds(classes: int, pool: int, p: int, dim: int, device: str = "c
 @functools.lru_cache(maxsize=64)
 def _manifest_counts(name: str, data_root: str, scratch: Path) -> dict[str, int] | None:
     """Split counts of a prepared (or generated) dataset; None for a stand-in (published counts)."""
-    from dmlrepro.data import load
-    from dmlrepro.data.prepared import is_prepared
-    from dmlrepro.data.registry import EMBEDDED
-
     root = scratch if name in EMBEDDED else data_root
     return load(name, root).counts() if is_prepared(root, name) else None
 

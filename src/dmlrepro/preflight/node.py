@@ -4,31 +4,15 @@ and whether a faiss search on the GPU works there, and the CPUs this process may
 from __future__ import annotations
 
 import platform
-import subprocess
-import sys
 from typing import Any
 
 import torch
 
-#: a faiss search on one GPU in a separate process (an architecture without kernels in the faiss
-#: build aborts that process, not the preflight)
-_FAISS_PROBE = """
-import sys
-import numpy as np
-import faiss
-res = faiss.StandardGpuResources()
-index = faiss.index_cpu_to_gpu(res, int(sys.argv[1]), faiss.IndexFlatL2(8))
-x = np.random.default_rng(0).standard_normal((64, 8)).astype("float32")
-index.add(x)
-_, ids = index.search(x, 1)
-assert (ids[:, 0] == np.arange(64)).all()
-print("ok")
-"""
+from dmlrepro.evaluation.knn import faiss_gpu_usable
+from dmlrepro.train.runtime import available_cpus
 
 
 def node_facts(device: torch.device) -> dict[str, Any]:
-    from dmlrepro.train.runtime import available_cpus
-
     facts: dict[str, Any] = {"host": platform.node(), "device": str(device), "torch": torch.__version__,
                              "cuda": torch.version.cuda, "cpus": available_cpus()}
     if device.type == "cuda":
@@ -66,22 +50,6 @@ def faiss_facts(device: torch.device) -> dict[str, Any]:
     search = None
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
-        search = gpus > index and faiss_gpu_search_works(index)
+        search = gpus > index and faiss_gpu_usable(index)
     return {"faiss": getattr(faiss, "__version__", "unknown"), "faiss_gpu_build": gpu_build, "faiss_gpus": gpus,
             "faiss_gpu_search": search}
-
-
-def faiss_gpu_search_works(gpu: int) -> bool:
-    """The evaluation's own probe (dmlrepro.evaluation.knn) where it has one, else this module's."""
-    try:
-        from dmlrepro.evaluation.knn import faiss_gpu_usable
-    except ImportError:
-        faiss_gpu_usable = None
-    if faiss_gpu_usable is not None:
-        return bool(faiss_gpu_usable(gpu))
-    try:
-        done = subprocess.run([sys.executable, "-c", _FAISS_PROBE, str(gpu)], capture_output=True, text=True,
-                              timeout=120)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0 and done.stdout.strip().endswith("ok")

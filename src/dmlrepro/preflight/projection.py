@@ -31,6 +31,7 @@ folds runs in one allocation.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,7 +75,7 @@ def split_counts(dataset: str, manifest_counts: Mapping[str, int] | None = None)
     when given, else the benchmark's published counts."""
     if manifest_counts is not None:
         return dict(manifest_counts)
-    from dmlrepro.data.benchmarks import BENCHMARKS
+    from dmlrepro.data.benchmarks import BENCHMARKS  # deferred: numpy, PIL, tqdm (+0.35 s to the train job script)
 
     if dataset not in BENCHMARKS:
         raise KeyError(f"dataset {dataset!r}: no published counts; prepare it to project its runs")
@@ -167,7 +168,7 @@ def knn_units(cfg: Mapping[str, Any], counts: Mapping[str, int]) -> int:
 
 def kcenter_pool(cfg: Mapping[str, Any]) -> tuple[int, int, int]:
     """(pool size per class, P, embedding size) of an ASAP run's k-Center selections."""
-    from dmlrepro.asap.kcenter import pool_size
+    from dmlrepro.asap.kcenter import pool_size  # deferred: imports torch
 
     p = int(cfg["loss"]["hparams"]["proxies_per_class"])
     a = cfg["asap"]
@@ -188,11 +189,9 @@ def kcenter_selections(cfg: Mapping[str, Any]) -> int:
 
 def measure_knn(dim: int, k: int, device: str, queries: int = 1024, references: int = 4096) -> float:
     """Seconds per query × reference × dimension of one ``knn_search`` on random embeddings on ``device``."""
-    import time
-
     import torch
 
-    from dmlrepro.evaluation.knn import knn_search
+    from dmlrepro.evaluation.knn import knn_search  # deferred: imports torch
 
     g = torch.Generator().manual_seed(0)
     q, r = torch.randn(queries, dim, generator=g), torch.randn(references, dim, generator=g)
@@ -206,11 +205,9 @@ def measure_knn(dim: int, k: int, device: str, queries: int = 1024, references: 
 def measure_kcenter(classes: int, pool: int, p: int, dim: int, device: str, timed_classes: int = 16) -> float:
     """Seconds of the farthest-first traversal (``asap.kcenter.farthest_first``, seeded with P centres)
     for ``classes`` classes: timed on ``timed_classes`` of them on ``device``, scaled linearly."""
-    import time
-
     import torch
 
-    from dmlrepro.asap.kcenter import farthest_first
+    from dmlrepro.asap.kcenter import farthest_first  # deferred: imports torch
 
     g = torch.Generator().manual_seed(0)
     n = min(classes, timed_classes)

@@ -18,9 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from dmlrepro.data.benchmarks import BENCHMARKS
 from dmlrepro.runs import ExperimentError, Run, active_experiments, resolve_runs
-from dmlrepro.tuning.searches import search_runs
+from dmlrepro.search_space import parse_space
 from dmlrepro.train.config import RUNTIME_KEYS
+from dmlrepro.tuning.final import final_runs
+from dmlrepro.tuning.searches import method_search_spec, search_runs
 
 #: dotted paths whose value never selects code or a tensor shape (counts, indices, patience)
 VALUE_PATHS = frozenset({
@@ -75,8 +78,6 @@ def shape_of(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def train_classes(dataset: str) -> int | None:
     """The published number of training classes of a benchmark (None: an embedded dataset)."""
-    from dmlrepro.data.benchmarks import BENCHMARKS
-
     return BENCHMARKS[dataset].expected_counts["train_classes"] if dataset in BENCHMARKS else None
 
 
@@ -166,10 +167,6 @@ def final_stage_runs(config: Mapping[str, Any], experiment: str, searches: Mappi
     counts are the final stage's; their ids are not the ids the workflow will give them."""
     if not (config["experiments"][experiment].get("final") and searches):
         return {}
-    from dmlrepro.search_space import parse_space
-    from dmlrepro.tuning.final import final_runs
-    from dmlrepro.tuning.searches import method_search_spec
-
     runs: dict[str, Run] = {}
     for search in searches.values():
         spec = method_search_spec(config["experiments"][experiment]["search"], search.method)

@@ -16,11 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 from dmlrepro.data.benchmarks import BENCHMARKS
 from dmlrepro.data.manifest import MANIFEST_NAME, write_manifest
 from dmlrepro.data.prepared import is_prepared
 from dmlrepro.data.registry import EMBEDDED
+from dmlrepro.models import get_backbone_spec, resolve_backbone_name
+from dmlrepro.models.standin import weights_file
+from dmlrepro.models.weights import default_cache_dir, fetch_command, weight_path
 
 #: distinct stand-in image files per dataset (each listed many times by the manifest)
 DISTINCT_IMAGES = 8
@@ -83,8 +87,6 @@ def write_stand_in(root: Path, name: str, size: int) -> Path:
 
 def _write_jpeg(path: Path, seed: int, size: int) -> None:
     """A smooth colour field plus grain: compresses and decodes roughly like a photograph."""
-    from PIL import Image
-
     rng = np.random.default_rng(seed)
     low = rng.integers(0, 256, (max(size // 16, 2), max(size // 16, 2), 3), dtype=np.uint8)
     img = np.asarray(Image.fromarray(low).resize((size, size), Image.BILINEAR), dtype=np.int16)
@@ -94,16 +96,10 @@ def _write_jpeg(path: Path, seed: int, size: int) -> None:
 
 def missing_weights(mcfg: dict[str, Any]) -> str | None:
     """The weight name a model config asks for when its file is not in the cache, else None."""
-    from dmlrepro.models import get_backbone_spec, resolve_backbone_name
-    from dmlrepro.models.weights import weight_path
-
     pretrained = mcfg.get("pretrained")
     if not pretrained:
         return None
     if pretrained == "standin":  # the miniature's ImageNet stand-in, built by rule pretrain_standin (docs/miniature.md)
-        from dmlrepro.models.standin import weights_file
-        from dmlrepro.models.weights import default_cache_dir
-
         return None if weights_file(mcfg.get("weights_cache_dir") or default_cache_dir(), mcfg.get("standin")).is_file() else "standin"
     name = get_backbone_spec(resolve_backbone_name(str(mcfg["backbone"]))).default_weights if pretrained is True \
         else str(pretrained)
@@ -114,8 +110,6 @@ def missing_weights(mcfg: dict[str, Any]) -> str | None:
 
 def weights_warning(name: str, cache_dir: str | None = None) -> str:
     """The one line printed per missing weight file."""
-    from dmlrepro.models.weights import fetch_command, weight_path
-
     if name == "standin":
         return "warning: the ImageNet stand-in is not built yet (rule pretrain_standin): the preflight uses random initialisation"
 

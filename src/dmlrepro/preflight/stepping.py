@@ -21,6 +21,7 @@ Measured (:class:`Measurement`):
 from __future__ import annotations
 
 import contextlib
+import copy
 import resource
 import statistics
 import sys
@@ -30,11 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from dmlrepro.nested import deep_merge
 from dmlrepro.train.config import resolve_run_config
-from dmlrepro.train.runtime import available_cpus
+from dmlrepro.train.engine import Trainer
+from dmlrepro.train.evaluate import compute_embeddings, embedding_metrics
+from dmlrepro.train.runtime import apply_speed, available_cpus, resolve_device, resolve_runtime, restore_speed
+from dmlrepro.train.seeding import DeterminismGuard
 
 from .standin import DataSource
 
@@ -113,10 +118,6 @@ def engine_process(cfg: dict[str, Any]):
     """The process settings a training job runs under (``dmlrepro.train.engine._train_locked``):
     the runtime keys made concrete for this device, the speed options, deterministic algorithms and
     the thread count; restored afterwards. Yields the concrete config."""
-    from dmlrepro.train.runtime import resolve_device
-    from dmlrepro.train.runtime import apply_speed, resolve_runtime, restore_speed
-    from dmlrepro.train.seeding import DeterminismGuard
-
     run_cfg = resolve_runtime(cfg, resolve_device(cfg["device"]))
     prev = apply_speed(run_cfg["speed"], run_cfg["deterministic"])
     try:
@@ -130,8 +131,6 @@ def build_trainer(cfg: dict[str, Any], outdir: Path):
     """(the engine's trainer, its optimizer groups' lrs): the trainer at its first trained epoch's settings (lrs, followup attributes,
     trainability after a warm-up: a frozen trunk would not measure training), ASAP's first
     selection where the step needs it (sample-based proxies)."""
-    from dmlrepro.train.engine import Trainer
-
     trainer = Trainer.for_measurement(cfg, outdir)
     lrs = trainer.start_epoch(cfg["warmup_epochs"] + 1)
     if trainer.projections is not None and trainer.projections.samples:
@@ -179,8 +178,6 @@ def evaluate_small(trainer) -> float:
     """Images per second of the engine's test embedding over one evaluation batch of the test split
     (with a gallery: of the queries, and gallery images of their classes), then the engine's
     metrics on those embeddings; raises when they are not finite."""
-    from dmlrepro.train.evaluate import compute_embeddings, embedding_metrics
-
     cfg = trainer.cfg
     n = cfg["dataset"]["eval_batch_size"]
     queries = _subset(trainer.test_ds, range(min(n, len(trainer.test_ds))))
@@ -202,10 +199,6 @@ def evaluate_small(trainer) -> float:
 
 def _subset(ds, positions):
     """The items ``positions`` of a ManifestDataset, as a ManifestDataset (it keeps ``rows``)."""
-    import copy
-
-    import numpy as np
-
     positions = np.asarray(list(positions), dtype=np.int64)
     sub = copy.copy(ds)
     sub.rows = np.asarray(ds.rows)[positions]

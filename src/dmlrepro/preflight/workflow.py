@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dmlrepro.data.benchmarks import BENCHMARKS
 from dmlrepro.job_requests import train_request
 
 from .projection import RETRIES_ENV
@@ -31,8 +32,6 @@ def put_on_pythonpath(folder: str) -> None:
 def largest_dataset(config: Mapping[str, Any], experiments: Sequence[str]) -> str:
     """The dataset (config key) with the most training images among those the experiments train on
     (published counts; an embedded dataset counts as the smallest)."""
-    from dmlrepro.data.benchmarks import BENCHMARKS
-
     names = [name for experiment in experiments for name in config["experiments"][experiment].get("datasets") or []]
     if not names:
         raise ValueError("no experiment trains on a dataset: nothing to preflight")
@@ -55,8 +54,8 @@ def run_rule(config: dict[str, Any], experiments: Sequence[str], data_root: str,
     """Rule preflight's step: every shape on this job's device, the profile's retries from the
     environment (docs/preflight.md). Problems are in the table and the JSON; the job itself
     succeeds so that both stay (Snakemake removes a failed job's outputs)."""
-    from .cli import preflight
-    from .shapes import group_runs
+    from .cli import preflight  # deferred: imports torch
+    from .shapes import group_runs  # deferred: imports torch
 
     status = preflight(config, "the workflow config", shapes=group_runs(config, list(experiments)),
                        retries=int(os.environ.get(RETRIES_ENV) or 0), data_root=data_root,

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from dmlrepro.atomic import atomic_write_text
+from dmlrepro.train.state import RunDir
 
 TIMING = ("seconds_per_epoch", "train_hours")  # kept for diverged runs too: they cost the time
 
@@ -140,7 +141,8 @@ def mlrc_records(records: Iterable[Mapping[str, Any]], fold_key: str = MLRC_FOLD
                 values = [r["metrics"].get(name) for r in results]
                 if all(v is not None for v in values):
                     metrics[f"{name}@separated"] = sum(values) / len(values)
-            ensemble = fold_ensemble_metrics([f["dir"] for f in folds], ks=results[0].get("ks") or (1,))
+            queries, galleries = _fold_embedding_files(folds)
+            ensemble = fold_ensemble_metrics(queries, ks=results[0].get("ks") or (1,), gallery_files=galleries)
             metrics.update({f"{name}@concatenated": value for name, value in ensemble.items()})
         timings = [f.get("timing") or {} for f in folds]
         timing = {}
@@ -159,6 +161,13 @@ def mlrc_records(records: Iterable[Mapping[str, Any]], fold_key: str = MLRC_FOLD
         method, dataset, sweep, seed = next(iter(complete))
         raise ValueError(f"MLRC experiment: a Complete run ({method}, {dataset}, {sweep!r}, seed {seed}) has no fold runs")
     return out
+
+
+def _fold_embedding_files(folds: list[Mapping[str, Any]]) -> tuple[list, list | None]:
+    """The fold runs' saved test embeddings, and their gallery embeddings where the first fold has some."""
+    dirs = [RunDir(f["dir"]) for f in folds]
+    gallery = [d.embeddings(gallery=True) for d in dirs]
+    return [d.embeddings() for d in dirs], gallery if gallery[0].is_file() else None
 
 
 def write_table(table: pd.DataFrame, path: str | os.PathLike) -> None:

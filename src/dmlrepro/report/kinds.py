@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from dmlrepro.train.state import RunDir
+
 from . import figures
 from .reported import paper_units
 from .section_data import (
@@ -175,7 +177,7 @@ def tsne_section(inputs: SectionInputs) -> None:
     from dmlrepro.evaluation.embeddings_io import load_embeddings
 
     for run in first_runs_per_dataset(inputs.runs):
-        found = load_embeddings(Path(run["dir"]) / "embeddings_test.npz")
+        found = load_embeddings(RunDir(run["dir"]).embeddings())
         path = inputs.figure(_file(inputs.name, run["dataset"]), f"t-SNE of the test embeddings of {run['run_id']}")
         figures.tsne_figure(found.embeddings, found.labels, path, seed=int(inputs.spec.get("seed", 0)),
                             title=f"t-SNE, {run['run_id']}")

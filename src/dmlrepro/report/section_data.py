@@ -15,6 +15,7 @@ import pandas as pd
 
 from dmlrepro.data.manifest import read_manifest
 from dmlrepro.nested import dotted_get
+from dmlrepro.train.state import RunDir
 
 from .aggregate import sweep_label
 from .compare import row_label
@@ -99,9 +100,9 @@ def projection_steps(runs: Sequence[Mapping]) -> list[dict]:
     """Every closed projection of the runs' validation_log.json (ASAP Fig. 4b)."""
     out = []
     for run in runs:
-        path = Path(run["dir"]) / "validation_log.json"
+        path = RunDir(run["dir"]).validation_log
         if not path.is_file():
-            raise ValueError(f"report kind projection_steps: run {run['run_id']} has no validation_log.json "
+            raise ValueError(f"report kind projection_steps: run {run['run_id']} has no {path.name} "
                              f"(not a run with a validation split)")
         log = json.loads(path.read_text())
         for p in log["projections"]:
@@ -119,8 +120,7 @@ def projection_panels(run: Mapping) -> tuple[list[dict], list[dict]]:
     from dmlrepro.evaluation.geometry import average_covering_radius, mean_interclass_distance
     from dmlrepro.evaluation.knn import l2_normalize
 
-    files = sorted((Path(run["dir"]) / "projections").glob("projection-*_val.npz"),
-                   key=lambda p: int(p.stem.split("-")[1].split("_")[0]))
+    files = RunDir(run["dir"]).saved_projections()
     if not files:
         raise ValueError(f"report kind projections: run {run['run_id']} saved no validation embeddings "
                          f"(set asap.save_val_embeddings: true)")
@@ -164,9 +164,10 @@ def run_curves(runs: Sequence[Mapping], column: str, methods: Mapping[str, str])
     where it was logged (an epoch missing in some seed's log, e.g. after a divergence, averages the rest)."""
     groups: dict[tuple, list] = {}
     for run in runs:
-        log = pd.read_csv(Path(run["dir"]) / "train_log.csv")
+        path = RunDir(run["dir"]).train_log
+        log = pd.read_csv(path)
         if column not in log:
-            raise ValueError(f"{run['dir']}/train_log.csv has no column {column!r} (columns: {list(log.columns)}); "
+            raise ValueError(f"{path} has no column {column!r} (columns: {list(log.columns)}); "
                              f"per-epoch proxy metrics need eval.proxy_metrics_per_epoch and eval.every > 0")
         label = row_label(methods.get(run["method"], run["method"]), sweep_label(run.get("sweep") or {}))
         groups.setdefault((label, run["dataset"]), []).append(log)
@@ -197,25 +198,21 @@ def first_runs_per_method(runs: Sequence[Mapping]) -> list[Mapping]:
 
 
 def embedding_panel(run: Mapping, methods: Mapping[str, str]) -> dict:
-    """A 2-d run's test embeddings and its final proxies (from the newest checkpoint), each proxy
-    labelled with its training class (row c = the c-th smallest training label, as the engine maps them)."""
-    # torch (dmlrepro.evaluation, dmlrepro.train): deferred, so that dmlrepro.report imports without it
+    """A 2-d run's test embeddings and its final proxies, each labelled with its training class
+    (the run folder's final_proxies.npz, written by the engine when training ends)."""
+    # torch (dmlrepro.evaluation): deferred, so that dmlrepro.report imports without it
     from dmlrepro.evaluation.embeddings_io import load_embeddings
-    from dmlrepro.train.checkpoint import load_latest
-    from dmlrepro.train.data import validation_rows
 
-    found = load_embeddings(Path(run["dir"]) / "embeddings_test.npz")
-    latest = load_latest(Path(run["dir"]) / "checkpoints")
-    if latest is None or "proxies" not in latest[0]["loss"]:
-        raise ValueError(f"{run['dir']}: no checkpoint with the loss's proxies (loss.proxies) to draw")
-    proxies = latest[0]["loss"]["proxies"].detach().cpu().numpy()
-    dataset = run["config"]["dataset"]
-    manifest = read_manifest(Path(dataset["root"]) / dataset["name"])
-    split = validation_rows(run["config"].get("validation"), manifest)  # ASAP: the fold's training classes
-    classes = np.unique(manifest.classes(dataset["train_split"]) if split is None else manifest.labels[split[0]])
-    per_class = max(len(proxies) // len(classes), 1)  # rows c·P + k belong to class c (ASAP, P proxies each)
+    rundir = RunDir(run["dir"])
+    found = load_embeddings(rundir.embeddings())
+    if not rundir.final_proxies.is_file():
+        raise ValueError(f"{run['dir']}: no {RunDir.FINAL_PROXIES} to draw (the loss has no proxies, or the run "
+                         f"finished before runs wrote it: delete its {RunDir.METRICS} and train it again, which "
+                         f"finishes it from its final checkpoint)")
+    with np.load(rundir.final_proxies) as saved:
+        proxies, proxy_labels = saved["proxies"], saved["labels"]
     return {"title": f"{methods.get(run['method'], run['method'])} ({run['run_id']})", "embeddings": found.embeddings,
-            "labels": found.labels, "proxies": proxies, "proxy_labels": np.repeat(classes, per_class)[:len(proxies)]}
+            "labels": found.labels, "proxies": proxies, "proxy_labels": proxy_labels}
 
 
 def first_runs_per_dataset(runs: Sequence[Mapping]) -> list[Mapping]:
@@ -230,7 +227,7 @@ def retrieval_queries(run: Mapping, count: int, k: int) -> list[dict]:
     from dmlrepro.evaluation.embeddings_io import load_embeddings
     from dmlrepro.evaluation.knn import knn_search
 
-    found = load_embeddings(Path(run["dir"]) / "embeddings_test.npz")
+    found = load_embeddings(RunDir(run["dir"]).embeddings())
     dataset = run["config"]["dataset"]
     manifest = read_manifest(Path(dataset["root"]) / dataset["name"])
     picks = np.random.default_rng(run["seed"]).choice(len(found.labels), size=count, replace=False)

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from .config import ConfigError, load_run_config
+from .config import ConfigError, load_run_config, resolve_run_config
 from .preemption import EXIT_INTERRUPTED, RunInterrupted
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (YAML value)")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bars")
     args = p.parse_args(argv)
-    from .engine import train_run
+    from .engine import train_run  # deferred: imports torch
 
     try:
         cfg = _config(args.run_config, args.set)
@@ -82,7 +82,7 @@ def evaluate_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("outdir")
     p.add_argument("--device", default=None, help="override the run's device for recomputing embeddings")
     args = p.parse_args(argv)
-    from .evaluate import evaluate_run
+    from .evaluate import evaluate_run  # deferred: imports torch
 
     try:
         res = evaluate_run(args.outdir, device=args.device)
@@ -113,7 +113,7 @@ class TrainJob:
         self.config, self.outdir = config, str(outdir)
 
     def __call__(self) -> dict:
-        from .engine import train_run
+        from .engine import train_run  # deferred: imports torch
 
         try:
             return train_run(self.config, self.outdir, progress=False)
@@ -150,8 +150,6 @@ def launch_main(argv: Sequence[str] | None = None) -> int:
         import submitit
     except ImportError as e:  # pragma: no cover
         return _error("launch", e, 1)
-    from .config import resolve_run_config
-
     try:
         cfg = _config(args.run_config, args.set)
         resolve_run_config(cfg)  # fail here, not in the queue

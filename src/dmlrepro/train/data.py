@@ -20,13 +20,15 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from .config import LATE_DEFAULTS, ConfigError
+from dmlrepro import data
+from dmlrepro.data import ManifestDataset, MPerClassBatchSampler, RandomBatchSampler, write_noisy_labels
+from dmlrepro.data.registry import EMBEDDED
+from dmlrepro.data.splits import split_indices
+
+from .config import ConfigError, section_value
 
 
 def open_manifest(dcfg: dict[str, Any]):
-    from dmlrepro import data
-    from dmlrepro.data.registry import EMBEDDED
-
     name, root = dcfg["name"], dcfg["root"]
     if name in EMBEDDED and dcfg["prepare"]:
         try:
@@ -63,7 +65,7 @@ def build_transforms(dcfg: dict[str, Any], model, corruption=None):
     transform's uint8 centre crop before normalisation (RSW Table IV)."""
     from torchvision.transforms import v2
 
-    from dmlrepro.data import build_transform
+    from dmlrepro.data import build_transform  # deferred: imports torchvision
 
     norm, extra = _normalization(dcfg, model)
     common = dict(size=dcfg["image_size"], resize=dcfg["resize"], resize_mode=dcfg["resize_mode"], normalization=norm)
@@ -98,8 +100,6 @@ def label_noise_path(dcfg: dict[str, Any]) -> Path:
 
 def noisy_labels(dcfg: dict[str, Any], manifest) -> str | None:
     """The noisy-label file of the run, written first if missing (deterministic, atomic), or None."""
-    from dmlrepro.data import write_noisy_labels
-
     if dcfg["label_noise"] is None:
         return dcfg["label_noise_file"]
     path = label_noise_path(dcfg)
@@ -113,12 +113,10 @@ def validation_rows(vcfg: dict[str, Any] | None, manifest) -> tuple[np.ndarray, 
     """(train rows, validation rows) of the run's validation split of the training split
     (``validation.split``: fold k of n_folds or RSW's 50/50 holdout, class-disjoint; or
     ``samples``, a fraction of each class's images), or None."""
-    from dmlrepro.data.splits import split_indices
-
     if not vcfg or vcfg["split"] is None:
         return None
     # a run's stored identity (config.yaml, the report's run records) drops `fraction` at its late default
-    fraction = vcfg.get("fraction", LATE_DEFAULTS[("validation", "fraction")])
+    fraction = section_value(vcfg, "validation.fraction")
     kw = dict(fold=vcfg["fold"], n_folds=vcfg["n_folds"], scheme=vcfg["scheme"], fraction=fraction)
     try:
         return tuple(split_indices(manifest, f"{vcfg['split']}_{part}", **kw) for part in ("train", "val"))
@@ -129,8 +127,6 @@ def validation_rows(vcfg: dict[str, Any] | None, manifest) -> tuple[np.ndarray, 
 def build_datasets(dcfg: dict[str, Any], manifest, model, vcfg: dict[str, Any] | None = None):
     """(train, test, label map); with a validation split the training set keeps only its
     training classes (the validation set is :func:`build_validation`'s)."""
-    from dmlrepro.data import ManifestDataset
-
     train_tf, test_tf = build_transforms(dcfg, model)
     rows = validation_rows(vcfg, manifest)
     train = ManifestDataset(manifest, split=dcfg["train_split"], indices=None if rows is None else rows[0],
@@ -142,16 +138,12 @@ def build_datasets(dcfg: dict[str, Any], manifest, model, vcfg: dict[str, Any] |
 
 def build_validation(dcfg: dict[str, Any], vcfg: dict[str, Any], manifest, model):
     """The validation classes of the training split with the eval transform (true labels)."""
-    from dmlrepro.data import ManifestDataset
-
     return ManifestDataset(manifest, indices=validation_rows(vcfg, manifest)[1], transform=build_transforms(dcfg, model)[1],
                            cache_images=dcfg.get("cache_images", False))
 
 
 def build_gallery(dcfg: dict[str, Any], manifest, model):
     """The gallery of query→gallery evaluation (eval transform), or None without `dataset.gallery_split`."""
-    from dmlrepro.data import ManifestDataset
-
     if dcfg["gallery_split"] is None:
         return None
     return ManifestDataset(manifest, split=dcfg["gallery_split"], transform=build_transforms(dcfg, model)[1])
@@ -159,22 +151,16 @@ def build_gallery(dcfg: dict[str, Any], manifest, model):
 
 def build_train_eval(dcfg: dict[str, Any], manifest, model, rows=None):
     """The training split (or its `rows`) with the eval transform (no augmentation), for proxy–data measures."""
-    from dmlrepro.data import ManifestDataset
-
     return ManifestDataset(manifest, split=dcfg["train_split"], indices=rows, transform=build_transforms(dcfg, model)[1],
                            cache_images=dcfg.get("cache_images", False))
 
 
 def build_test_corrupted(dcfg: dict[str, Any], manifest, model, corruption):
     """The test split with the eval transform followed by `corruption` (RSW Table IV)."""
-    from dmlrepro.data import ManifestDataset
-
     return ManifestDataset(manifest, split=dcfg["test_split"], transform=build_transforms(dcfg, model, corruption)[1])
 
 
 def build_batch_sampler(dcfg: dict[str, Any], train_ds, seed: int):
-    from dmlrepro.data import MPerClassBatchSampler, RandomBatchSampler
-
     if dcfg["sampler"] == "random":
         if dcfg["batch_size"] > len(train_ds):
             raise ConfigError(f"run config: dataset.batch_size = {dcfg['batch_size']}: expected at most the "

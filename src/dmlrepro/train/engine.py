@@ -7,10 +7,12 @@ Run directory (docs/training.md, :class:`~dmlrepro.train.state.RunDir`): ``confi
 ``checkpoints/`` (resume only).
 
 Shape: :class:`Trainer` holds the run's parts and its :class:`~dmlrepro.train.state.TrainState`;
-``_train_epoch`` (train_one_epoch) runs the steps, then the after-epoch hooks (validation with
+``_train_epoch`` (train_one_epoch) runs the steps (:class:`~dmlrepro.train.stepper.Stepper`:
+autocast, GradScaler, clipping, divergence flags), then the after-epoch hooks (validation with
 ASAP's projections, test evaluation, proxy metrics; all embedding through the run's
 :class:`~dmlrepro.train.embedder.Embedder`), then the end of the epoch (logs, a checkpoint when
-the :class:`~dmlrepro.train.hooks.CheckpointPolicy` says so).
+the :class:`~dmlrepro.train.hooks.CheckpointPolicy` says so). At the finish, a loss with proxies
+exports them (``final_proxies.npz``) for the report.
 
 Resume protocol: a checkpoint is written at the end of an epoch (by the policy; always after the
 last) and, on SIGTERM/SIGUSR1/SIGUSR2, after the current optimizer step or, during the hooks, of
@@ -49,8 +51,8 @@ from .hooks import CheckpointPolicy, TestEvaluation, proxy_metrics
 from .imagecache import attach as attach_image_cache
 from .imagecache import share_image_cache
 from .modeling import build_run_loss, build_run_model
-from .optim import apply_trainability, base_group, build_optimizer, group_lrs, in_followup, linked_groups, named_groups, set_lrs
-from .outputs import common_fields, diverged_record, history_row, write_train_log
+from .optim import apply_trainability, build_optimizer, group_lrs, in_followup, linked_groups, named_groups, set_lrs
+from .outputs import common_fields, diverged_record, history_row, write_final_proxies, write_train_log
 from .outputs import say as _say
 from .preemption import RunInterrupted, StopFlag
 from .projections import Projections
@@ -58,6 +60,7 @@ from .runtime import apply_speed, available_cpus, resolve_device, resolve_runtim
 from .runlock import _LOCK_FILE, _lock_file, _run_lock  # noqa: F401 (tests and tools use them here)
 from .seeding import DeterminismGuard, loss_seed, rng_state, seed_everything, set_rng_state
 from .state import RunDir, TrainState
+from .stepper import Stepper
 from .validation import Validation
 
 log = logging.getLogger(__name__)
@@ -65,12 +68,6 @@ log = logging.getLogger(__name__)
 CHECKPOINT_FORMAT = 1
 
 __all__ = ["Trainer", "TrainState", "RunDir", "resolve_device", "train_run"]
-
-
-def all_finite(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """A device bool: no inf/NaN in any of `tensors`, in two fused kernels (x·0 is NaN exactly
-    where x is not finite; the norm of each product is 0 or NaN), without a host sync."""
-    return torch.isfinite(torch.stack(torch._foreach_norm(torch._foreach_mul(tensors, 0.0))).sum())
 
 
 def _plain_yaml(cfg: dict) -> Any:
@@ -184,8 +181,8 @@ def _finished_record(mpath: Path) -> dict[str, Any] | None:
 
 
 class Trainer:
-    """One run: its parts (model, loss, optimizer, data, :class:`Embedder`, hooks), its
-    :class:`TrainState`, checkpoints of both, and the epoch loop (:meth:`run`).
+    """One run: its parts (model, loss, optimizer, data, :class:`Embedder`, hooks, :class:`Stepper`),
+    its :class:`TrainState`, checkpoints of both, and the epoch loop (:meth:`run`).
 
     The loop's pieces are public for the preflight and benchmarks/bench_training.py, which time
     them without a run: :meth:`for_measurement`, :meth:`start_epoch`, :meth:`epoch_loader`,
@@ -213,10 +210,10 @@ class Trainer:
         self.phase1_attrs = {k: getattr(self.loss, k) for k in cfg["followup"]["loss"]}
         self.groups = named_groups(self.model, self.loss)
         self.optimizer = build_optimizer(cfg, self.groups, linked_groups(self.loss))
-        self.scaler = self._new_scaler()
-        self.clip_params = [p for g, params in self.groups.items() if base_group(g) in cfg["grad_clip"]["groups"]
-                            for p in params]
         self._build_hooks()
+        self.stepper = Stepper(cfg, model=self.model, loss=self.loss, optimizer=self.optimizer, groups=self.groups,
+                               labelmap=self.labelmap, projections=self.projections, device=self.device,
+                               amp_dtype=self.amp_dtype)
         # cache_images: one decoded copy of each image for every loader worker of the run
         self.image_cache = share_image_cache(
             [self.train_ds, self.test_ds, getattr(self.validation, "ds", None)], cfg["speed"]["image_cache_mb"],
@@ -269,9 +266,6 @@ class Trainer:
         self.test_eval = TestEvaluation(cfg, test_ds=self.test_ds, gallery_ds=self.gallery_ds, model=self.model,
                                         embedder=self.embedder, rundir=self.rundir)
 
-    def _new_scaler(self) -> torch.amp.GradScaler:
-        return torch.amp.GradScaler(self.device.type, enabled=self.amp_dtype == torch.float16)
-
     def train_eval_ds(self):
         """The run's training images with the eval transform (built once)."""
         if self._train_eval_ds is None:
@@ -294,8 +288,8 @@ class Trainer:
         (the position, loss, validation and projections state), references to the rest."""
         state = {"format": CHECKPOINT_FORMAT, "config": config_identity(self.plain), "position": self.state.to_dict(),
                  "model": self.model.state_dict(), "loss": copy.deepcopy(self.loss.state_dict()),
-                 "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(), "rng": rng_state(),
-                 "amp_dtype": str(self.amp_dtype).removeprefix("torch.") if self.amp_dtype else None}
+                 "optimizer": self.optimizer.state_dict(), "scaler": self.stepper.scaler.state_dict(),
+                 "rng": rng_state(), "amp_dtype": str(self.amp_dtype).removeprefix("torch.") if self.amp_dtype else None}
         if self.validation is not None:
             state["validation"] = self.validation.state_dict()
         if self.projections is not None:
@@ -320,8 +314,9 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.loss.load_state_dict(state["loss"])
         self.optimizer.load_state_dict(state["optimizer"])
-        if state["scaler"] or not self.scaler.is_enabled():  # an enabled scaler refuses an empty state
-            self.scaler.load_state_dict(state["scaler"])
+        scaler = self.stepper.scaler
+        if state["scaler"] or not scaler.is_enabled():  # an enabled scaler refuses an empty state
+            scaler.load_state_dict(state["scaler"])
         set_rng_state(state["rng"])
         self.state = TrainState.from_dict(state["position"])
         if self.validation is not None:
@@ -344,7 +339,7 @@ class Trainer:
         _say(f"amp.enabled = auto: keeping the checkpoint's autocast dtype {state['amp_dtype'] or 'off (float32)'} "
              f"on {self.device} (it trained with it)")
         self.amp_dtype = self.embedder.amp_dtype = saved
-        self.scaler = self._new_scaler()
+        self.stepper.set_amp(saved)
 
     # -- main loop ---------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -542,83 +537,18 @@ class Trainer:
                 and epoch < cfg["epochs"]:
             st.stopped = epoch  # followup.epochs phase-2 epochs done (the schedule is closed at the finish)
 
-    # -- the step and its device-side window --------------------------------------------------
+    # -- the step and its device-side window (:class:`~dmlrepro.train.stepper.Stepper`) --------
     def open_window(self) -> None:
-        """Device-side state between two host syncs: the epoch's loss sum (float64, added in the
-        order a host float would be) and the first non-finite step's kind (1 loss, 2 gradients) and batch."""
-        self._loss_sum = torch.tensor(self.state.epoch_loss_sum, dtype=torch.float64, device=self.device)
-        self._bad = torch.zeros(2, dtype=torch.int64, device=self.device)
-
-    _open_window = open_window
+        self.stepper.open_window(self.state)
 
     def sync(self, epoch: int, lrs: dict[str, float]) -> dict[str, Any] | None:
-        return self._sync(epoch, lrs)
-
-    def _sync(self, epoch: int, lrs: dict[str, float]) -> dict[str, Any] | None:
-        """One host read of the window: the loss sum into the position, or the divergence record of
-        the first non-finite step (the position set back to just before it; later steps are void)."""
-        loss_sum, kind, batch = torch.cat([self._loss_sum.view(1), self._bad.double()]).tolist()
-        st = self.state
-        if not kind:
-            st.epoch_loss_sum = loss_sum
-            return None
-        st.void_steps(st.batch - int(batch))  # the bad step and those after it in the window
-        return {"epoch": epoch, "step": st.batch + 1, "global_step": st.global_step + 1,
-                "what": "loss" if kind == 1 else "gradients", "lrs": lrs}
-
-    def _flag(self, bad: torch.Tensor, kind: int) -> None:
-        """Record (kind, this batch) on the device if `bad` and no earlier step of the window was."""
-        first, at = self._bad.unbind()
-        new = bad & (first == 0)
-        self._bad = torch.stack([torch.where(new, kind, first), torch.where(new, self.state.batch, at)])
+        return self.stepper.sync(self.state, epoch, lrs)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        """One optimizer step (:meth:`_step`); :meth:`sync` reads its outcome."""
-        self._step(x, y)
+        self.stepper.step(x, y, self.state.batch)
 
-    def _forward_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The batch's loss (autocast forward, float32 loss); sample-based ASAP (eq. 4.10) embeds
-        the selected samples in the batch's forward pass and hands them to the loss as proxies."""
-        dev = self.device
-        anchors = self.projections.anchor_images() if self.projections is not None and self.projections.samples else None
-        with torch.autocast(dev.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
-            if anchors is None:
-                emb = self.model(x)
-            else:
-                emb, z = self.model(torch.cat([x, anchors.to(x.dtype)])).split([len(x), len(anchors)])
-        with torch.autocast(dev.type, enabled=False):  # the loss always runs in float32
-            loss = self.loss(emb.float(), y) if anchors is None else self.loss(emb.float(), y, proxies=z.float())
-        if anchors is not None:
-            self.projections.record_anchors(z)
-        return loss
-
-    def _step(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        """One optimizer step, without waiting for the device: a non-finite loss or gradient is
-        flagged on the device (:meth:`_flag`) and found by the next :meth:`_sync`."""
-        dev = self.device
-        x = x.to(dev, non_blocking=True)
-        if self.cfg["speed"]["channels_last"]:
-            x = x.contiguous(memory_format=torch.channels_last)
-        y = self.labelmap(y.to(dev, non_blocking=True))
-        self.optimizer.zero_grad(set_to_none=True)
-        loss = self._forward_loss(x, y)
-        value = loss.detach()
-        self._flag(~torch.isfinite(value), 1)
-        self.scaler.scale(loss).backward()
-        if self.scaler.is_enabled():
-            self.scaler.unscale_(self.optimizer)  # inf/NaN gradients: the scaler skips the step
-        if self.projections is not None:  # ASAP's proximal term λ_eff(θ − θ*), after unscaling
-            self.projections.after_backward()
-        if not self.scaler.is_enabled() and self.cfg["divergence"]["check_grads"]:
-            grads = [p.grad for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
-            if grads:
-                self._flag(~all_finite(grads), 2)
-        clip = self.cfg["grad_clip"]["value"]
-        if clip is not None:
-            torch.nn.utils.clip_grad_value_([p for p in self.clip_params if p.grad is not None], clip)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self._loss_sum += value.double()
+    # the names the loop calls (tests and the fault harness wrap them)
+    _open_window, _sync, _step = open_window, sync, step
 
     # -- evaluation and outputs ---------------------------------------------------------------
     def _evaluate(self, epoch: int, final: bool = False) -> dict[str, float] | None:
@@ -660,6 +590,7 @@ class Trainer:
         epoch = self._final_epoch(select, last_epoch)
         extra = {"status": "completed", "epoch": epoch, "diverged_at": None,
                  **common_fields(self.cfg, self.state), **self._final_extras(last_epoch)}
+        write_final_proxies(self.rundir, self.loss, self.labelmap.classes)  # the report's, before metrics.json
         res = final_metrics(self.outdir, self.cfg, extra)
         _say(f"completed: epoch {epoch} test recall@1 = {res['metrics']['recall@1']:.4f} ({self.outdir})")
         return res
@@ -701,7 +632,8 @@ class Trainer:
             from .evaluate import corruption_metrics
 
             extra["corruption_metrics"] = corruption_metrics(self.model, self.cfg, self.manifest, device=self.device,
-                                                             amp_dtype=self.amp_dtype, progress=self.progress)
+                                                             amp_dtype=self.amp_dtype, progress=self.progress,
+                                                             stop=self.stop)
         if self.validation is not None:
             extra["validation"] = self.validation.summary()
         return extra

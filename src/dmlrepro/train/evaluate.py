@@ -11,17 +11,19 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-log = logging.getLogger(__name__)
+from .embedder import EmbeddingInterrupted
+from .state import EMBEDDINGS_FILE, RunDir
 
-from .state import BEST_MODEL_FILE, BEST_VAL_MODEL_FILE, EMBEDDINGS_FILE, GALLERY_FILE, RunDir  # noqa: F401 (re-exported)
+log = logging.getLogger(__name__)
 
 
 @torch.no_grad()
 def compute_embeddings(model, ds, *, batch_size: int, device: torch.device, num_workers: int = 0,
                        amp_dtype: torch.dtype | None = None, progress: bool = False, desc: str = "embed",
-                       on_device: bool = False):
+                       on_device: bool = False, stop: Any = None):
     """Embeddings (float32 numpy; with ``on_device`` a float32 tensor left on ``device``, for the
-    metrics to search there), labels and manifest rows of every item of ``ds``, in order."""
+    metrics to search there), labels and manifest rows of every item of ``ds``, in order. A true
+    `stop` (the run's stop flag) after a batch abandons the pass: :class:`EmbeddingInterrupted`."""
     from tqdm import tqdm
 
     from .data import loader_generator, worker_init
@@ -32,12 +34,16 @@ def compute_embeddings(model, ds, *, batch_size: int, device: torch.device, num_
                         worker_init_fn=worker_init if num_workers else None, generator=loader_generator(0, 0, 17),
                         pin_memory=device.type == "cuda")
     out, labels = [], []
-    for x, y, _ in tqdm(loader, desc=desc, disable=not progress, leave=False, dynamic_ncols=True):
-        with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-            z = model(x.to(device, non_blocking=True))
-        out.append(z.float() if on_device else z.float().cpu())
-        labels.append(y)
-    model.train(was_training)
+    try:
+        for x, y, _ in tqdm(loader, desc=desc, disable=not progress, leave=False, dynamic_ncols=True):
+            with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                z = model(x.to(device, non_blocking=True))
+            out.append(z.float() if on_device else z.float().cpu())
+            labels.append(y)
+            if stop:
+                raise EmbeddingInterrupted(desc)
+    finally:
+        model.train(was_training)
     emb = torch.cat(out) if on_device else torch.cat(out).numpy().astype(np.float32, copy=False)
     return emb, torch.cat(labels).numpy(), np.asarray(ds.rows, dtype=np.int64)
 
@@ -96,11 +102,13 @@ CORRUPTION_SEED = 0
 
 
 def corruption_metrics(model, cfg: dict[str, Any], manifest, *, device: torch.device,
-                       amp_dtype: torch.dtype | None = None, progress: bool = False) -> dict[str, float | None]:
+                       amp_dtype: torch.dtype | None = None, progress: bool = False,
+                       stop: Any = None) -> dict[str, float | None]:
     """Test metrics of `model` with every test image corrupted by each `eval.corruptions` entry
     (RSW Table IV: train clean, evaluate corrupted), flat: `<metric>@<name>_<severity>` (e.g.
     `recall@1@gaussian_3`; `<metric>@<name>` for imgaug's default range). A corruption whose
-    embeddings are not finite gives None for its metrics."""
+    embeddings are not finite gives None for its metrics. The stop flag `stop` is honoured after
+    every batch (:class:`~dmlrepro.train.embedder.EmbeddingInterrupted`)."""
     from dmlrepro.data.corruptions import build_corruption
 
     from .config import corruption_suffix
@@ -113,7 +121,7 @@ def corruption_metrics(model, cfg: dict[str, Any], manifest, *, device: torch.de
         ds = build_test_corrupted(cfg["dataset"], manifest, model, corruption)
         emb, labels, _ = compute_embeddings(model, ds, batch_size=cfg["dataset"]["eval_batch_size"], device=device,
                                             num_workers=cfg["num_workers"], amp_dtype=amp_dtype, progress=progress,
-                                            desc=f"eval test, {corruption_suffix(item)}", on_device=True)
+                                            desc=f"eval test, {corruption_suffix(item)}", on_device=True, stop=stop)
         metrics = embedding_metrics(emb, labels, cfg)
         suffix = corruption_suffix(item)
         for name in (names + (["nmi"] if cfg["eval"]["nmi"] else [])) if metrics is None else metrics:

@@ -4,9 +4,10 @@ With ``dataset.cache_images: true`` the data layer keeps each decoded image afte
 in a dict of its own process: every worker of every loader decodes and holds its own copy.
 :func:`share_image_cache` replaces that dict, for every dataset of the run, by a view of one
 :class:`SharedImageCache`: a flat uint8 tensor in shared memory with one slot per manifest row
-(sized from the image headers), filled on first read by whichever process reads the image and
-read by all others. The bytes are those of the decoder, so results do not change. Only when the
-images fit ``speed.image_cache_mb``; otherwise each process keeps its own cache, as before.
+(sized from the image sizes recorded at preparation, ``image_sizes.csv``, or else from the image
+headers), filled on first read by whichever process reads the image and read by all others. The
+bytes are those of the decoder, so results do not change. Only when the images fit
+``speed.image_cache_mb``; otherwise each process keeps its own cache, as before.
 """
 
 from __future__ import annotations
@@ -16,18 +17,29 @@ from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image
+
+from dmlrepro.data.prepared import read_image_sizes
 
 
-def image_shapes(root: str, paths: list[str]) -> list[tuple[int, int]]:
-    """(height, width) of each image from its header (no decoding)."""
-    from PIL import Image
-
-    shapes = []
+def image_shapes(root: str, paths: list[str], budget_mb: float) -> list[tuple[int, int]] | None:
+    """(height, width) of each image: as recorded at preparation, else from its header (no
+    decoding); None as soon as their decoded RGB bytes exceed `budget_mb` (no more headers read)."""
+    recorded = read_image_sizes(root)
+    shapes, nbytes = [], 0
     for p in paths:
-        with Image.open(os.path.join(root, p)) as im:
-            w, h = im.size
-        shapes.append((h, w))
+        shape = recorded.get(p) or _header_shape(os.path.join(root, p))
+        nbytes += 3 * shape[0] * shape[1]
+        if nbytes / 2**20 > budget_mb:
+            return None
+        shapes.append(shape)
     return shapes
+
+
+def _header_shape(path: str) -> tuple[int, int]:
+    with Image.open(path) as im:
+        w, h = im.size
+    return h, w
 
 
 class SharedImageCache:
@@ -38,7 +50,9 @@ class SharedImageCache:
         sizes = np.asarray([3 * h * w for h, w in shapes], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(sizes)])
         self.shapes = shapes
-        self.data = torch.empty(int(self.offsets[-1]), dtype=torch.uint8).share_memory_()
+        # created in shared memory (not allocated, then copied there: seconds per GiB)
+        storage = torch.UntypedStorage._new_shared(int(self.offsets[-1]))
+        self.data = torch.empty(0, dtype=torch.uint8).set_(storage)
         self.filled = torch.zeros(len(rows), dtype=torch.uint8).share_memory_()
 
     @property
@@ -94,13 +108,13 @@ def share_image_cache(datasets: list[Any], budget_mb: float, say=print) -> Share
     for ds in cached:
         paths.update(zip(map(int, ds.rows), ds.paths))
     rows = np.asarray(sorted(paths), dtype=np.int64)
-    shapes = image_shapes(cached[0].root, [paths[int(r)] for r in rows])
-    need_mb = sum(3 * h * w for h, w in shapes) / 2**20
-    if need_mb > budget_mb:
-        say(f"image cache: {len(rows)} images need {need_mb:.0f} MiB > speed.image_cache_mb = {budget_mb:g}; "
+    shapes = image_shapes(cached[0].root, [paths[int(r)] for r in rows], budget_mb)
+    if shapes is None:
+        say(f"image cache: {len(rows)} images need more than speed.image_cache_mb = {budget_mb:g} MiB; "
             f"each process caches its own")
         return None
     cache = SharedImageCache(rows, shapes)
+    need_mb = cache.nbytes / 2**20
     for ds in cached:
         ds._cache = cache.view(ds.rows)
     say(f"image cache: {len(rows)} images, {need_mb:.1f} MiB shared by the loader workers")

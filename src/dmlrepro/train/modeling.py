@@ -7,10 +7,11 @@ from typing import Any
 
 from torch import nn
 
+from dmlrepro.losses import build_loss
+from dmlrepro.models import MODEL_KEYS, build_model, freeze_batchnorm
+
 
 def build_run_model(cfg: dict[str, Any]) -> nn.Module:
-    from dmlrepro.models import MODEL_KEYS, build_model, freeze_batchnorm
-
     kwargs = {k: v for k, v in cfg["model"].items() if v is not None and k in MODEL_KEYS}
     if not kwargs.get("backbone_kwargs"):
         kwargs.pop("backbone_kwargs", None)
@@ -21,6 +22,4 @@ def build_run_model(cfg: dict[str, Any]) -> nn.Module:
 
 
 def build_run_loss(cfg: dict[str, Any], num_classes: int, embedding_size: int) -> nn.Module:
-    from dmlrepro.losses import build_loss
-
     return build_loss(cfg["loss"]["name"], num_classes, embedding_size, **dict(cfg["loss"]["hparams"]))

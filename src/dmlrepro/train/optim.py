@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from dmlrepro.models import parameter_groups
+
 from .config import GROUPS
 
 
@@ -40,8 +42,6 @@ def linked_groups(loss: nn.Module) -> dict[str, tuple[list[nn.Parameter], str, f
 
 def named_groups(model: nn.Module, loss: nn.Module) -> dict[str, list[nn.Parameter]]:
     """The config groups (``GROUPS``), then the loss's linked groups (``linked_groups``)."""
-    from dmlrepro.models import parameter_groups
-
     groups = {g["name"]: list(g["params"]) for g in parameter_groups(model)}
     linked = {name: params for name, (params, _, _) in linked_groups(loss).items()}
     in_linked = {id(p) for params in linked.values() for p in params}

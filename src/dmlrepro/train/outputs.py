@@ -1,5 +1,6 @@
-"""What a run writes about itself: ``train_log.csv`` rows and the fields every ``metrics.json``
-record shares (docs/training.md#run-directory). Pure functions of the config and the state."""
+"""What a run writes about itself: ``train_log.csv`` rows, the fields every ``metrics.json``
+record shares and, for the report, the loss's final proxies (docs/training.md#run-directory).
+Functions of the config, the state and the loss."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import io
 import logging
 from typing import Any
 
-from dmlrepro.atomic import atomic_write_text
+import numpy as np
+
+from dmlrepro.atomic import atomic_write_bytes, atomic_write_text
 
 from .optim import in_followup
 from .state import RunDir, TrainState
@@ -85,3 +88,18 @@ def diverged_record(cfg: dict, state: TrainState, info: dict[str, Any]) -> dict[
     if proxy is not None:  # the proxy metrics of that same last finite evaluation (RSW Table III)
         record["proxy_metrics"] = proxy
     return record
+
+
+def write_final_proxies(rundir: RunDir, loss, classes: np.ndarray) -> None:
+    """``final_proxies.npz``: the loss's ``proxies`` tensor after training (as the final checkpoint
+    holds it) and the training class of each (row c·P + k belongs to class c, P proxies per class;
+    `classes` sorted, as the engine maps labels), so the report draws them without a checkpoint.
+    Nothing for a loss without a ``proxies`` tensor."""
+    proxies = loss.state_dict().get("proxies")
+    if proxies is None:
+        return
+    proxies = proxies.detach().cpu().numpy()
+    per_class = max(len(proxies) // len(classes), 1)
+    buf = io.BytesIO()
+    np.savez(buf, proxies=proxies, labels=np.repeat(np.asarray(classes), per_class)[:len(proxies)])
+    atomic_write_bytes(rundir.final_proxies, buf.getvalue())

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from .config import ConfigError
+
 #: CPUs the training process itself needs beside its DataLoader workers (it only feeds the device).
 MAIN_PROCESS_CPUS = 1
 
@@ -62,8 +64,6 @@ def restore_speed(prev: tuple) -> None:
 
 def resolve_device(name: str) -> torch.device:
     """The run's torch device: ``auto`` is CUDA where a GPU is visible, else the CPU."""
-    from .config import ConfigError
-
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(name)

@@ -2,7 +2,9 @@
 
 ``TrainState`` is the position a checkpoint records and a resume continues from; its
 ``to_dict``/``from_dict`` keep the checkpoint's ``position`` mapping of earlier versions, so old
-checkpoints resume. ``RunDir`` owns every file name of a run folder (docs/training.md#run-directory).
+checkpoints resume. ``RunDir`` owns every file name of a run folder (docs/training.md#run-directory):
+the engine writes them; the report, the searches, the evaluation and the workflow's rules read them
+by these names. No torch here: ``dmlrepro.report`` and the Snakefile import it without the engine.
 """
 
 from __future__ import annotations
@@ -68,8 +70,17 @@ class TrainState:
 
 
 class RunDir:
-    """The files of one run folder. Other readers of run folders (report/, tuning/, the workflow's
-    rules, evaluation/mlrc.py) still spell the names themselves."""
+    """The files of one run folder. The names are class attributes too, for readers that spell a
+    path pattern rather than a folder (the workflow's rules: ``f"{RESULTS}/runs/{{run}}/{RunDir.METRICS}"``)."""
+
+    CONFIG = "config.yaml"
+    METRICS = "metrics.json"
+    TRAIN_LOG = "train_log.csv"
+    CHECKPOINTS = "checkpoints"
+    FINAL_PROXIES = "final_proxies.npz"  # the loss's proxies after training, for the report (losses with proxies)
+    EMBEDDINGS = EMBEDDINGS_FILE
+    GALLERY = GALLERY_FILE
+    VALIDATION_LOG = VALIDATION_LOG_FILE
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
@@ -79,23 +90,27 @@ class RunDir:
 
     @property
     def config(self) -> Path:
-        return self.root / "config.yaml"
+        return self.root / self.CONFIG
 
     @property
     def metrics(self) -> Path:
-        return self.root / "metrics.json"
+        return self.root / self.METRICS
 
     @property
     def train_log(self) -> Path:
-        return self.root / "train_log.csv"
+        return self.root / self.TRAIN_LOG
 
     @property
     def validation_log(self) -> Path:
-        return self.root / VALIDATION_LOG_FILE
+        return self.root / self.VALIDATION_LOG
 
     @property
     def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
+        return self.root / self.CHECKPOINTS
+
+    @property
+    def final_proxies(self) -> Path:
+        return self.root / self.FINAL_PROXIES
 
     @property
     def val_embeddings(self) -> Path:
@@ -118,6 +133,15 @@ class RunDir:
     def best_model(self, select: str) -> Path:
         """The saved selected model of ``eval.select`` best_test / best_val."""
         return self.checkpoints / {"best_test": BEST_MODEL_FILE, "best_val": BEST_VAL_MODEL_FILE}[select]
+
+    def projection_embeddings(self, projection: int) -> Path:
+        """The validation embeddings at projection `projection`'s solution (``asap.save_val_embeddings``)."""
+        return self.val_embeddings / f"projection-{int(projection)}_val.npz"
+
+    def saved_projections(self) -> list[Path]:
+        """Every :meth:`projection_embeddings` file of the run, by projection."""
+        return sorted(self.val_embeddings.glob("projection-*_val.npz"),
+                      key=lambda p: int(p.stem.removeprefix("projection-").removesuffix("_val")))
 
     def temporaries(self) -> list[Path]:
         """Temporaries of atomic writes (``.NAME.RANDOM.tmp``) a killed process may leave."""

@@ -30,6 +30,7 @@ import numpy as np
 
 from dmlrepro.asap import AlternationSchedule
 from dmlrepro.atomic import write_json_atomic
+from dmlrepro.evaluation import save_embeddings
 
 from . import checkpoint as _checkpoint
 from .evaluate import embedding_metrics
@@ -90,11 +91,9 @@ class Validation:
         val = self.projections.best_val or current if self.projections is not None else None
         if val is None or not self.cfg["asap"]["save_val_embeddings"]:
             return
-        from dmlrepro.evaluation import save_embeddings
-
         folder = self.rundir.val_embeddings
         folder.mkdir(exist_ok=True)
-        save_embeddings(folder / f"projection-{projection}_val.npz", val["embeddings"], val["labels"], val["rows"],
+        save_embeddings(self.rundir.projection_embeddings(projection), val["embeddings"], val["labels"], val["rows"],
                         split="validation", meta={"projection": projection})
 
     def record_selection(self, fields: dict[str, Any]) -> None:

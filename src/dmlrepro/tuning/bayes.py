@@ -40,6 +40,7 @@ from dmlrepro.nested import deep_merge, dotted_get, undotted
 from dmlrepro.search_space import ZERO_SUFFIX, Param, is_finite_number, parse_space
 from dmlrepro.train import DEFAULTS, resolve_run_config, train_run  # train_run: looked up at call time (tests replace it)
 from dmlrepro.train.config import config_identity
+from dmlrepro.train.state import RunDir
 
 STUDY_FILE = "study.db"
 STUDY_NAME = "search"
@@ -47,7 +48,6 @@ TRIALS_DIR = "trials"
 TRIALS_CSV = "trials.csv"
 BEST_JSON = "best.json"
 LOCK_FILE = ".search.lock"
-VALIDATION_LOG = "validation_log.json"
 SAMPLERS = ("gp", "tpe", "random")
 DIRECTIONS = ("maximize", "minimize")
 # The validation metrics (map@r, r_precision, precision@1, recall@1) all lie in [0, 1]: a diverged
@@ -83,7 +83,7 @@ def best_validation_value(run_dir: str | os.PathLike, metric: str = "map_r") -> 
     """The highest finite ``metric`` among the evaluations of ``run_dir/validation_log.json``
     (None if there is no finite value). The log's ``map_r`` field holds the run's
     ``validation.metric`` (MAP@R by default; the log's top-level ``metric`` names it)."""
-    path = Path(run_dir) / VALIDATION_LOG
+    path = RunDir(run_dir).validation_log
     if not path.is_file():
         return None
     log = json.loads(path.read_text())
