@@ -53,9 +53,9 @@ import yaml
 from dmlrepro.data.manifest import MANIFEST_NAME, write_manifest
 from dmlrepro.nested import deep_merge
 from dmlrepro.train import resolve_device, resolve_run_config
-from dmlrepro.train.data import SeededDataset, loader_generator, worker_init
+from dmlrepro.train.run_data import SeededDataset, loader_generator, worker_init
 from dmlrepro.train.engine import Trainer
-from dmlrepro.train.evaluate import compute_embeddings
+from dmlrepro.train.run_evaluation import compute_embeddings
 from dmlrepro.train.runtime import available_cpus, resolve_runtime
 from dmlrepro.train.seeding import DeterminismGuard
 

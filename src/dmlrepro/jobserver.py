@@ -96,10 +96,10 @@ def _server_alive(path: str) -> bool:
 def _run_remote(conn: socket.socket, request: tuple) -> int:
     """Send the request and this process's stdin/stdout/stderr; forward SIGTERM/SIGINT to the child;
     return its exit status."""
+    global child_cpu_seconds
     payload = pickle.dumps(request)
     socket.send_fds(conn, [struct.pack("!Q", len(payload))], [0, 1, 2])
     conn.sendall(payload)
-    global child_cpu_seconds
     (pid,) = _PID.unpack(_recv_exact(conn, _PID.size))
     forward = lambda signum, frame: os.kill(pid, signum)  # noqa: E731
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):

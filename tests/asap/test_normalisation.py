@@ -94,7 +94,7 @@ def test_eval_normalize_lipschitz_against_brute_force(tmp_path):
 
     from dmlrepro.evaluation import evaluate_embeddings_file, save_embeddings
     from dmlrepro.train.config import ConfigError, resolve_run_config
-    from dmlrepro.train.evaluate import embedding_metrics
+    from dmlrepro.train.run_evaluation import embedding_metrics
 
     emb, labels = _short_and_long()
     e64 = emb.astype(np.float64)
@@ -123,7 +123,7 @@ def test_eval_normalize_equals_cosine_when_every_norm_is_at_least_one():
     import numpy as np
 
     from dmlrepro.train.config import resolve_run_config
-    from dmlrepro.train.evaluate import embedding_metrics
+    from dmlrepro.train.run_evaluation import embedding_metrics
 
     emb, labels = _short_and_long(1)
     emb = emb * (1.0 + 1.0 / np.linalg.norm(emb, axis=1, keepdims=True)).astype(np.float32)  # all norms > 1

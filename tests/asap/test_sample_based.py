@@ -80,11 +80,11 @@ def sample_run(synth_root, tmp_path_factory):
 
     def step(self, x, y):
         before = copy.deepcopy(self.model.state_dict())
-        loss_before = float(self._loss_sum)  # the epoch's loss sum, kept on the device between host syncs
+        loss_before = float(self.stepper._loss_sum)  # the epoch's loss sum, kept on the device between host syncs
         indices = self.projections.indices.clone()
         what = orig_step(self, x, y)
         steps.append({"x": x.clone(), "y": self.labelmap(y.clone()), "theta": before, "indices": indices,
-                      "value": float(self._loss_sum) - loss_before, "what": what,
+                      "value": float(self.stepper._loss_sum) - loss_before, "what": what,
                       "global_step": self.state.global_step,
                       "grads": {n: p.grad.clone() for n, p in self.model.named_parameters() if p.grad is not None},
                       "lam": self.projections.reg.lam})
@@ -105,15 +105,15 @@ def sample_run(synth_root, tmp_path_factory):
 
 def _train_eval(t):
     """The training images with the eval transform, built here from the run config."""
-    from dmlrepro.train.data import build_train_eval, open_manifest
-    from dmlrepro.train.modeling import build_run_model
+    from dmlrepro.train.run_data import build_train_eval, open_manifest
+    from dmlrepro.train.model_and_loss import build_run_model
 
     cfg = t.cfg
     return build_train_eval(cfg["dataset"], open_manifest(cfg["dataset"]), build_run_model(cfg), t.train_ds.rows)
 
 
 def _model64(cfg, state):
-    from dmlrepro.train.modeling import build_run_model
+    from dmlrepro.train.model_and_loss import build_run_model
 
     model = build_run_model(resolve_run_config(cfg)).double()
     model.load_state_dict(state)

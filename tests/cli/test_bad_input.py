@@ -221,10 +221,10 @@ ROWS = [
     Row("dataset-not-prepared", "train",
         lambda ctx: ["train", ctx.run_config(False, dataset={"name": "cub200", "prepare": False}), ctx.out],
         r"dataset 'cub200' is not prepared under '.*data'.*manifest\.csv: manifest not found.*"
-        r"prepare cub200 --root", "dmlrepro.train.data.open_manifest"),
+        r"prepare cub200 --root", "dmlrepro.train.run_data.open_manifest"),
     Row("too-few-classes-for-batch", "train", lambda ctx: ["train", ctx.run_config(dataset={"batch_size": 12}), ctx.out],
         r"dataset\.batch_size/dataset\.m: .*batch_size 12 must be a multiple of m=2 and hold at most 2 classes",
-        "dmlrepro.data.samplers.MPerClassBatchSampler via train.data.build_batch_sampler"),
+        "dmlrepro.data.samplers.MPerClassBatchSampler via train.run_data.build_batch_sampler"),
     Row("empty-split", "train", lambda ctx: ["train", ctx.run_config(dataset={"train_split": "query"}), ctx.out],
         r"synthetic/manifest\.csv: no rows with split 'query'; expected one of the manifest's splits \['test', 'train'\]",
         "dmlrepro.data.dataset.ManifestDataset"),
@@ -250,7 +250,7 @@ ROWS = [
         r"expected an image file", "dmlrepro.data.prepared.finalize (image headers)", downloads=1),
     # --- `dmlrepro evaluate OUTDIR`, `dmlrepro fetch-weights NAME`
     Row("evaluate-not-a-run", "evaluate", lambda ctx: ["evaluate", str(ctx.tmp)],
-        r"run config file not found: .*/config\.yaml", "dmlrepro.train.evaluate.evaluate_run"),
+        r"run config file not found: .*/config\.yaml", "dmlrepro.train.run_evaluation.evaluate_run"),
     Row("fetch-unknown-weights", "fetch-weights",
         lambda ctx: ["fetch-weights", "resnet5", "--cache-dir", str(ctx.tmp / "weights")],
         r"unknown weights or backbone 'resnet5'; weights: .*resnet50\.tv_in1k", "dmlrepro.models.weights"),

@@ -150,7 +150,7 @@ def test_run_config_eval_nmi_reaches_the_metric():
     """A run's eval.nmi mapping is what embedding_metrics and the final metrics.json compute."""
     from dmlrepro.evaluation import evaluate_embeddings_file, save_embeddings
     from dmlrepro.train.config import ConfigError, resolve_run_config
-    from dmlrepro.train.evaluate import embedding_metrics
+    from dmlrepro.train.run_evaluation import embedding_metrics
 
     x, blob, labels = _uneven_blobs()
     rsw = {"average": "geometric", "kmeans": "sklearn"}

@@ -9,7 +9,7 @@ import torch
 
 from dmlrepro.runs import run_id_for
 from dmlrepro.train.config import ConfigError, config_identity, resolve_run_config
-from dmlrepro.train.evaluate import compute_embeddings, embedding_metrics, knn_backend, metrics_device
+from dmlrepro.train.run_evaluation import compute_embeddings, embedding_metrics, knn_backend, metrics_device
 
 
 def _cfg(tmp_path, **top):

@@ -6,7 +6,7 @@ import torch
 
 from dmlrepro.models.standin import StandinError, load_standin, pretrain, recipe_hash, weights_file
 from dmlrepro.train.config import resolve_run_config
-from dmlrepro.train.modeling import build_run_model
+from dmlrepro.train.model_and_loss import build_run_model
 
 pytestmark = pytest.mark.slow  # trains a (tiny) model
 RECIPE = {"classes": {"num_classes": 4, "images_per_class": 4, "size": 16}, "epochs": 1, "batch_size": 8}

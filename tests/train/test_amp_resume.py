@@ -24,13 +24,13 @@ FP16 = dict(amp={"enabled": True, "dtype": "float16"}, loss={"name": "proxy_anch
 
 def _trainer(cfg, outdir):
     from dmlrepro.train.config import resolve_run_config
-    from dmlrepro.train.data import SeededDataset
-    from dmlrepro.train.engine import _plain_yaml, _Trainer
+    from dmlrepro.train.run_data import SeededDataset
+    from dmlrepro.train.engine import _stored_yaml, _Trainer
     from dmlrepro.train.preemption import StopFlag
     from dmlrepro.train.runtime import resolve_runtime
 
     c = resolve_runtime(resolve_run_config(cfg), torch.device("cpu"))
-    t = _Trainer(c, _plain_yaml(c), outdir, False, StopFlag())
+    t = _Trainer(c, _stored_yaml(c), outdir, False, StopFlag())
     t.sampler.set_epoch(1, 0)
     x, y, _ = next(iter(torch.utils.data.DataLoader(SeededDataset(t.train_ds), batch_sampler=t.sampler)))
     t._open_window()

@@ -12,7 +12,7 @@ import torch
 
 from dmlrepro.train import read_checkpoint, resolve_run_config, train_run
 from dmlrepro.train.checkpoint import checkpoint_name
-from dmlrepro.train.engine import _plain_yaml, _Trainer
+from dmlrepro.train.engine import _stored_yaml, _Trainer
 from dmlrepro.train.preemption import StopFlag
 
 HIST = {"name": "hist", "hparams": {"tau": 16.0, "alpha": 1.1, "hgnn_hidden": 32, "hgnn_lr_factor": 5.0}}
@@ -26,7 +26,7 @@ def hist_config(tiny, **overrides):
 
 def test_hgnn_group_follows_the_backbone_lr_times_the_factor(tiny, tmp_path):
     cfg = resolve_run_config(hist_config(tiny))
-    t = _Trainer(cfg, _plain_yaml(cfg), tmp_path, False, StopFlag())
+    t = _Trainer(cfg, _stored_yaml(cfg), tmp_path, False, StopFlag())
     groups = {g["name"]: g for g in t.optimizer.param_groups}
     assert set(groups) == {"backbone", "head", "loss", "loss.hgnn"}
     assert {id(p) for p in groups["loss.hgnn"]["params"]} == {id(p) for p in t.loss.hgnn.parameters()}
@@ -39,7 +39,7 @@ def test_hgnn_group_follows_the_backbone_lr_times_the_factor(tiny, tmp_path):
     t.model.train()
     t.loss.train()
     t.sampler.set_epoch(1, 0)
-    from dmlrepro.train.data import SeededDataset
+    from dmlrepro.train.run_data import SeededDataset
 
     x, y, _ = next(iter(torch.utils.data.DataLoader(SeededDataset(t.train_ds), batch_sampler=t.sampler)))
     before = [p.detach().clone() for p in t.loss.hgnn.parameters()]

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from dmlrepro.train import ConfigError, resolve_run_config, train_run
-from dmlrepro.train.data import build_datasets, label_noise_path, open_manifest
-from dmlrepro.train.modeling import build_run_model
+from dmlrepro.train.run_data import build_datasets, label_noise_path, open_manifest
+from dmlrepro.train.model_and_loss import build_run_model
 
 
 def train_set(cfg):

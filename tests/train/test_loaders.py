@@ -61,7 +61,7 @@ def test_policy_extremes_and_small_checkpoints():
 # -- the Embedder against plain loops ----------------------------------------------------------------
 def _model():
     from dmlrepro.train.config import resolve_run_config
-    from dmlrepro.train.modeling import build_run_model
+    from dmlrepro.train.model_and_loss import build_run_model
 
     torch.manual_seed(0)
     cfg = resolve_run_config({"dataset": {"name": "digits"}, "loss": {"name": "pfml"},
@@ -81,7 +81,7 @@ def _digits(data_root, train: bool, cache: bool = False):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_embedder_equals_a_plain_loop(data_root, workers):
-    from dmlrepro.train.data import SeededDataset
+    from dmlrepro.train.run_data import SeededDataset
     from dmlrepro.train.embedder import Embedder
 
     model = _model().eval()
@@ -126,7 +126,7 @@ def test_embedder_stops_on_the_flag(data_root):
 # -- the shared image cache -------------------------------------------------------------------------
 def test_shared_cache_is_filled_by_workers_and_holds_the_decoded_bytes(data_root):
     from dmlrepro.data.dataset import load_image
-    from dmlrepro.train.data import SeededDataset
+    from dmlrepro.train.run_data import SeededDataset
     from dmlrepro.train.imagecache import share_image_cache
 
     ds, plain = _digits(data_root, train=True, cache=True), _digits(data_root, train=True)

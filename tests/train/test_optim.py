@@ -15,8 +15,8 @@ from torch import nn
 
 from dmlrepro.train import read_checkpoint, resolve_run_config, train_run
 from dmlrepro.train.checkpoint import checkpoint_name
-from dmlrepro.train.engine import _plain_yaml, _Trainer
-from dmlrepro.train.modeling import build_run_model
+from dmlrepro.train.engine import _stored_yaml, _Trainer
+from dmlrepro.train.model_and_loss import build_run_model
 from dmlrepro.train.optim import group_lrs
 from dmlrepro.train.preemption import StopFlag
 from dmlrepro.train.seeding import seed_everything
@@ -24,12 +24,12 @@ from dmlrepro.train.seeding import seed_everything
 
 def _trainer(cfg: dict, tmp_path: Path) -> _Trainer:
     cfg = resolve_run_config(cfg)
-    return _Trainer(cfg, _plain_yaml(cfg), tmp_path, False, StopFlag())
+    return _Trainer(cfg, _stored_yaml(cfg), tmp_path, False, StopFlag())
 
 
 def _first_batch(t: _Trainer, epoch: int = 1):
     t.sampler.set_epoch(epoch, 0)
-    from dmlrepro.train.data import SeededDataset
+    from dmlrepro.train.run_data import SeededDataset
 
     loader = torch.utils.data.DataLoader(SeededDataset(t.train_ds), batch_sampler=t.sampler)
     x, y, _ = next(iter(loader))

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from dmlrepro.train import ConfigError, load_latest, resolve_run_config, train_run
-from dmlrepro.train.data import build_train_eval, open_manifest
-from dmlrepro.train.evaluate import compute_embeddings
-from dmlrepro.train.modeling import build_run_loss, build_run_model
+from dmlrepro.train.run_data import build_train_eval, open_manifest
+from dmlrepro.train.run_evaluation import compute_embeddings
+from dmlrepro.train.model_and_loss import build_run_loss, build_run_model
 
 
 def final_state(cfg, outdir):

@@ -15,9 +15,9 @@ import yaml
 
 from dmlrepro.train import ConfigError, RunInterrupted, resolve_run_config, train_run
 from dmlrepro.train.checkpoint import checkpoint_name, list_checkpoints, read_checkpoint
-from dmlrepro.train.data import build_train_eval, open_manifest
-from dmlrepro.train.evaluate import compute_embeddings
-from dmlrepro.train.modeling import build_run_loss, build_run_model
+from dmlrepro.train.run_data import build_train_eval, open_manifest
+from dmlrepro.train.run_evaluation import compute_embeddings
+from dmlrepro.train.model_and_loss import build_run_loss, build_run_model
 
 from .conftest import run_cli
 
@@ -112,12 +112,12 @@ def test_a_signal_during_the_corruption_evaluation_stops_after_the_batch_and_the
     """SIGTERM as the final model starts embedding the first corrupted test set: the pass stops after
     its batch, the run exits (RunInterrupted: exit 75) with the final checkpoint and no metrics.json,
     before the next corruption; the rerun finishes with an uninterrupted run's metrics."""
-    import dmlrepro.train.data as data
+    import dmlrepro.train.run_evaluation as run_evaluation  # where corruption_metrics looks it up
 
     cfg = _rsw(tiny, eval__corruptions=[{"name": "gaussian", "severity": 3}, {"name": "cutout"}],
                dataset__eval_batch_size=64)
     reference = train_run(cfg, tmp_path / "ref", progress=False)
-    out, built, orig = tmp_path / "run", [], data.build_test_corrupted
+    out, built, orig = tmp_path / "run", [], run_evaluation.build_test_corrupted
 
     def corrupted(*args, **kwargs):
         built.append(1)
@@ -125,7 +125,7 @@ def test_a_signal_during_the_corruption_evaluation_stops_after_the_batch_and_the
         return orig(*args, **kwargs)
 
     with monkeypatch.context() as mp:
-        mp.setattr(data, "build_test_corrupted", corrupted)
+        mp.setattr(run_evaluation, "build_test_corrupted", corrupted)
         with pytest.raises(RunInterrupted):
             train_run(cfg, out, progress=False)
     assert built == [1]  # the second corruption was never built

@@ -111,7 +111,7 @@ def test_usr2_sets_the_stop_flag():
 
 
 def test_loader_workers_ignore_the_preemption_signals():
-    from dmlrepro.train.data import worker_init
+    from dmlrepro.train.run_data import worker_init
 
     sigs = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
     old = {s: signal.getsignal(s) for s in sigs}

@@ -48,7 +48,7 @@ def asap_config(root, **overrides) -> dict:
 
 
 def _trainable_names(cfg: dict) -> list[str]:
-    from dmlrepro.train.modeling import build_run_model
+    from dmlrepro.train.model_and_loss import build_run_model
 
     model = build_run_model(resolve_run_config(cfg))
     return [n for n, p in model.named_parameters() if p.requires_grad]
@@ -74,8 +74,8 @@ def asap_run(synth_root, tmp_path_factory):
 @pytest.mark.parametrize("fold", [0, 3])
 def test_fold_training_is_class_disjoint(synth_root, scheme, fold):
     from dmlrepro.data.splits import kfold_class_splits, split_indices
-    from dmlrepro.train.data import build_datasets, build_validation, open_manifest
-    from dmlrepro.train.modeling import build_run_loss, build_run_model
+    from dmlrepro.train.run_data import build_datasets, build_validation, open_manifest
+    from dmlrepro.train.model_and_loss import build_run_loss, build_run_model
 
     cfg = resolve_run_config(asap_config(synth_root, validation__scheme=scheme, validation__fold=fold))
     manifest = open_manifest(cfg["dataset"])
@@ -187,8 +187,8 @@ def test_early_stopping_after_patience_evaluations(synth_root, tmp_path):
 def test_best_val_selects_and_embeds_the_best_validation_model(asap_run):
     from dmlrepro.evaluation.embeddings_io import load_embeddings
     from dmlrepro.train import compute_embeddings
-    from dmlrepro.train.data import build_datasets, open_manifest
-    from dmlrepro.train.modeling import build_run_model
+    from dmlrepro.train.run_data import build_datasets, open_manifest
+    from dmlrepro.train.model_and_loss import build_run_model
 
     cfg, out, m, log = asap_run
     values = [e["map_r"] for e in log["evaluations"]]
@@ -288,8 +288,8 @@ def test_last_projection_val_embeddings_saved_when_epoch_cap_ends_run(asap_run):
 def test_projection_val_embeddings_are_those_of_the_best_in_projection_model(asap_run):
     from dmlrepro.evaluation.embeddings_io import load_embeddings
     from dmlrepro.train import compute_embeddings
-    from dmlrepro.train.data import build_validation, open_manifest
-    from dmlrepro.train.modeling import build_run_model
+    from dmlrepro.train.run_data import build_validation, open_manifest
+    from dmlrepro.train.model_and_loss import build_run_model
 
     cfg, out, m, log = asap_run
     rc = resolve_run_config(cfg)

@@ -20,8 +20,8 @@ def samples_config(root, **overrides) -> dict:
 
 
 def test_samples_split_trains_and_validates_every_class_on_disjoint_images(synth_root):
-    from dmlrepro.train.data import build_datasets, build_validation, open_manifest
-    from dmlrepro.train.modeling import build_run_model
+    from dmlrepro.train.run_data import build_datasets, build_validation, open_manifest
+    from dmlrepro.train.model_and_loss import build_run_model
 
     cfg = resolve_run_config(samples_config(synth_root))
     manifest = open_manifest(cfg["dataset"])
@@ -71,7 +71,7 @@ def test_fraction_leaves_existing_run_ids_unchanged(synth_root):
 def test_a_stored_identity_without_fraction_splits_at_the_default(synth_root):
     """config.yaml / the report's run records drop `fraction` at 0.1: the same rows as an explicit 0.1."""
     from dmlrepro.train.config import config_identity
-    from dmlrepro.train.data import open_manifest, validation_rows
+    from dmlrepro.train.run_data import open_manifest, validation_rows
 
     cfg = resolve_run_config(samples_config(synth_root, validation__fraction=0.1))
     stored = config_identity(cfg)["validation"]

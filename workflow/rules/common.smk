@@ -19,7 +19,7 @@ from dmlrepro.tuning.final import FinalStage
 from dmlrepro.tuning.searches import method_search_spec, search_runs
 from dmlrepro.report.claims import check_claims, load_catalogue
 from dmlrepro.report.sections import check_report
-from dmlrepro.train.data import label_noise_path
+from dmlrepro.train.run_data import label_noise_path
 from dmlrepro.train.state import RunDir
 
 validate(config, "../schemas/config.schema.yaml")
@@ -119,13 +119,14 @@ def trained_run(wildcards):
     )
 
 
-def dataset_of(wildcards):
+def trained_dataset(wildcards):
+    """The `dataset` section of the run a train or search job trains."""
     return trained_run(wildcards).config["dataset"]
 
 
 def run_inputs(wildcards):
     """The prepared dataset, and the seeded noisy labels when the run asks for label noise."""
-    dataset = dataset_of(wildcards)
+    dataset = trained_dataset(wildcards)
     inputs = {"manifest": f"{DATA}/{dataset['name']}/{MANIFEST_NAME}"}
     if dataset["label_noise"] is not None:
         inputs["label_noise"] = str(label_noise_path({**dataset, "root": DATA}))

@@ -69,7 +69,7 @@ checkpoint final_epochs:
     params:
         multiple=lambda wildcards: config["experiments"][wildcards.experiment][
             "final"
-        ].get("round_epochs", 5),
+        ]["round_epochs"],
     message:
         "Epochs of the Complete runs of {wildcards.experiment} ({wildcards.search})"
     script:

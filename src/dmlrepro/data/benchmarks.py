@@ -66,7 +66,7 @@ def read_cub(staging: Path, *, progress: bool = False) -> Rows:
 
 def read_cars(staging: Path, *, progress: bool = False) -> Rows:
     """cars_annos.mat (annotations.relative_im_path, .class) + car_ims/ -> label = class - 1."""
-    from scipy.io import loadmat
+    from scipy.io import loadmat  # deferred: scipy, only the Cars196 reader needs it
 
     mat = _need(staging, "cars_annos.mat", "annotation file", "cars_annos.mat")
     _need(staging, "car_ims", "image folder", "car_ims.tgz")

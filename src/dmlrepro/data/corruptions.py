@@ -56,7 +56,7 @@ def _to_hwc(img) -> tuple[np.ndarray, Callable]:
         if t.dtype != torch.uint8 or t.ndim != 3:
             raise TypeError(f"corruptions expect a uint8 (C, H, W) tensor, got {t.dtype} {tuple(t.shape)}")
         return t.permute(1, 2, 0).numpy().copy(), lambda a: torch.from_numpy(np.ascontiguousarray(a)).permute(2, 0, 1).contiguous()
-    from PIL import Image
+    from PIL import Image  # deferred: PIL, only the imgaug-style corruptions need it
 
     if isinstance(img, Image.Image):
         mode = img.mode
@@ -171,7 +171,7 @@ class Shear(Corruption):
         self.shear, self.fill = shear, fill
 
     def apply(self, a, rng):
-        from torchvision.transforms.v2 import functional as TF
+        from torchvision.transforms.v2 import functional as TF  # deferred: torchvision, only this corruption needs it
 
         deg = self.level() * rng.choice([-1.0, 1.0]) if self.severity else rng.uniform(*self.shear)
         t = torch.from_numpy(a).permute(2, 0, 1)

@@ -27,7 +27,7 @@ _TV_DEPRECATION = "The image decoding and encoding capabilities of TorchVision"
 
 def load_image(path: str | os.PathLike) -> torch.Tensor:
     """Decode an image file to a uint8 RGB tensor (3, H, W)."""
-    from torchvision.io import ImageReadMode, decode_image
+    from torchvision.io import ImageReadMode, decode_image  # deferred: torchvision, at the first decoded image
 
     with open(path, "rb") as fh:
         data = fh.read()
@@ -36,7 +36,7 @@ def load_image(path: str | os.PathLike) -> torch.Tensor:
             warnings.filterwarnings("ignore", message=_TV_DEPRECATION, category=DeprecationWarning)
             return decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
     except (RuntimeError, ValueError):
-        from PIL import Image
+        from PIL import Image  # deferred: PIL, only for what torchvision cannot decode
 
         try:
             with Image.open(path) as im:

@@ -23,7 +23,7 @@ EXPECTED = {"images": 1797, "classes": 10}
 
 def prepare_digits(root: str | os.PathLike, *, size: int = 32, force: bool = False, progress: bool = True,
                    strict_counts: bool = True) -> Path:
-    from sklearn.datasets import load_digits
+    from sklearn.datasets import load_digits  # deferred: scikit-learn, only preparing digits needs it
 
     params = {"size": int(size)}
     ds_dir = dataset_dir(root, NAME)

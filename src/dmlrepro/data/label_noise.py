@@ -42,9 +42,9 @@ def corrupt_labels(labels: Sequence[int], seed: int, rate: float = 0.2, mode: Li
         noisy[chosen] = classes[rng.integers(0, len(classes), size=k)]
     else:
         # Uniform over the other C-1 classes: draw a position in [0, C-1) and skip the true class.
-        pos = np.searchsorted(classes, labels[chosen])
+        true_position = np.searchsorted(classes, labels[chosen])
         draw = rng.integers(0, len(classes) - 1, size=k)
-        noisy[chosen] = classes[draw + (draw >= pos)]
+        noisy[chosen] = classes[draw + (draw >= true_position)]
     return noisy
 
 

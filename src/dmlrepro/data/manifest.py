@@ -156,13 +156,13 @@ def read_manifest(path: str | os.PathLike, root: str | os.PathLike | None = None
     )
 
 
-def check_counts(manifest: Manifest, expected: dict[str, int], what: str) -> None:
+def check_counts(manifest: Manifest, expected: dict[str, int], dataset_label: str) -> None:
     """Compare ``manifest.counts()`` with the expected counts; raise naming every mismatch."""
     got = manifest.counts()
     bad = [f"{k}: expected {v}, got {got.get(k, 0)}" for k, v in expected.items() if got.get(k, 0) != v]
     if bad:
         raise ManifestError(
-            f"{what}: the prepared data does not have the counts the papers state ({'; '.join(bad)}). "
+            f"{dataset_label}: the prepared data does not have the counts the papers state ({'; '.join(bad)}). "
             "The archive is probably incomplete or a different version; re-download it, or pass "
             "--no-strict-counts (strict_counts=False) to accept these counts deliberately."
         )

@@ -91,7 +91,7 @@ def finalize(
         staged_manifest = write_manifest(staging / MANIFEST_NAME, paths, labels, splits, item_ids)
         manifest = read_manifest(staged_manifest)
         if strict_counts and expected_counts:
-            check_counts(manifest, expected_counts, what=f"dataset {ds_dir.name!r} in {ds_dir}")
+            check_counts(manifest, expected_counts, dataset_label=f"dataset {ds_dir.name!r} in {ds_dir}")
         counts = manifest.counts()
         for child in staging.iterdir():
             if child.name == MANIFEST_NAME:
@@ -111,7 +111,7 @@ def _check_images(name: str, staging: Path, paths: Sequence[str]) -> list[tuple[
     file). A file that exists but is not an image (an HTML error page saved as .jpg, a zero-byte
     file) is reported here, naming the file, instead of as a decode error in the middle of
     training (docs/bad-input.md). Returns each image's (height, width)."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image, UnidentifiedImageError  # deferred: PIL, only the image check needs it
 
     sizes = []
     for p in paths:

@@ -81,9 +81,9 @@ def sample_holdout(labels: Sequence[int], fraction: float = 0.1) -> tuple[np.nda
         raise ValueError(f"sample_holdout: fraction must be in (0, 1), got {fraction}")
     val = []
     for c in np.unique(labels):
-        pos = np.flatnonzero(labels == c)
-        n_val = min(max(int(round(len(pos) * fraction)), 1), len(pos) - 1)
-        val.append(pos[len(pos) - n_val:])
+        class_rows = np.flatnonzero(labels == c)
+        n_val = min(max(int(round(len(class_rows) * fraction)), 1), len(class_rows) - 1)
+        val.append(class_rows[len(class_rows) - n_val:])
     val = np.sort(np.concatenate(val)) if val else np.zeros(0, dtype=int)
     return np.setdiff1d(np.arange(len(labels)), val), val
 

@@ -21,6 +21,7 @@ Design (what a DML method must learn):
 from __future__ import annotations
 
 import colorsys
+import json
 import os
 import time
 from pathlib import Path
@@ -169,8 +170,6 @@ def generate(staging: Path, num_classes: int, images_per_class: int, size: int, 
 
 
 def _info_matches(ds_dir: Path, params: dict) -> bool:
-    import json
-
     try:
         return json.loads((ds_dir / INFO_NAME).read_text()).get("params") == params
     except (OSError, ValueError):

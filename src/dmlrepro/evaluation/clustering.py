@@ -78,7 +78,7 @@ def nmi_options(value: Any) -> dict[str, Any] | None:
 def sklearn_kmeans_assignments(embeddings: Any, num_clusters: int, *, seed: int = 0, n_init: int = 10) -> np.ndarray:
     """Cluster index (int64, shape (N,)) of each row under scikit-learn ``KMeans`` (k-means++,
     ``n_init`` restarts, 300 iterations: the defaults of scikit-learn 1.0.2), seeded."""
-    from sklearn.cluster import KMeans  # noqa: PLC0415
+    from sklearn.cluster import KMeans  # noqa: PLC0415  (deferred: scikit-learn (seconds), only the sklearn backend)
 
     x = to_float32_matrix(embeddings)
     if not 1 <= num_clusters <= x.shape[0]:
@@ -107,7 +107,7 @@ def nmi(
     keeps the faiss run of lowest objective). ``kmeans="sklearn"`` clusters with scikit-learn's
     ``KMeans`` (``n_init`` k-means++ restarts), as the RSW code does.
     """
-    from sklearn.metrics import normalized_mutual_info_score  # noqa: PLC0415
+    from sklearn.metrics import normalized_mutual_info_score  # noqa: PLC0415  (deferred: scikit-learn (seconds))
 
     if kmeans not in KMEANS:
         raise ValueError(f"kmeans must be one of {list(KMEANS)}, got {kmeans!r}")

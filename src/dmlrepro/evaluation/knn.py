@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ def import_faiss() -> Any:
 
 
 def _is_torch_tensor(x: Any) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
+    return torch.is_tensor(x)
 
 
 def is_cuda_tensor(x: Any) -> bool:
@@ -114,8 +115,6 @@ def _check_matrix(arr: Any, name: str) -> None:
 def to_float32_tensor(x: Any, device: Any, name: str = "embeddings"):
     """A contiguous float32 (N, D) torch tensor on ``device`` (no copy if it is one already),
     with the checks of :func:`to_float32_matrix`."""
-    import torch
-
     if not _is_torch_tensor(x):
         x = torch.from_numpy(to_float32_matrix(x, name))
     t = x.detach().to(device=device, dtype=torch.float32).contiguous()
@@ -166,8 +165,6 @@ def torch_chunk_size(n_reference: int, device: Any) -> int:
 def work_device(device: Any, inputs: tuple[Any, ...]):
     """The torch device the search runs on: ``device`` if given ("cpu", "cuda", "cuda:i", int,
     torch.device), else the device of the first torch-tensor input, else the CPU."""
-    import torch
-
     if device is None:
         for x in inputs:
             if _is_torch_tensor(x):
@@ -260,8 +257,6 @@ def _costs(scores, distance: str):
 def _sort_keys(cost, index):
     """int64 keys ordering (cost, index) lexicographically: the float32 cost's bits mapped to an
     order-preserving int32 (−0 folded onto +0), times 2**32, plus the index (< 2**31)."""
-    import torch
-
     bits = (cost.float() + 0.0).contiguous().view(torch.int32)
     ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(torch.int64)
     return ordered * 2**32 + index.to(torch.int64)
@@ -271,8 +266,6 @@ def _canonical(cost, index, k: int):
     """Candidates sorted by cost (any order within ties) → sorted by the rule. Returns the first
     k (cost, index) and a bool mask of the rows whose k-th and (k+1)-th cost tie (their k set
     depends on items the backend may not have returned)."""
-    import torch
-
     tied = (cost[:, 1:] == cost[:, :-1]).any(dim=1) if cost.shape[1] > 1 else None
     if tied is not None and bool(tied.any()):  # reorder only the rows with ties, by index
         rows = torch.nonzero(tied).flatten()
@@ -290,8 +283,6 @@ def _canonical(cost, index, k: int):
 def exact_topk(cost_rows, k: int):
     """The rule applied literally to full cost rows (r × N): the k smallest (cost, index) keys,
     in order; batched so that the int64 keys stay within the torch chunk budget."""
-    import torch
-
     out_c, out_i = [], []
     step = torch_chunk_size(cost_rows.shape[1], cost_rows.device)
     for s in range(0, cost_rows.shape[0], step):
@@ -321,8 +312,6 @@ class Search:
     def cost_rows(self, rows):
         """(len(rows) × N) float32 cost of query rows ``rows`` (a slice, or a tensor of global
         query indices) against every reference row; the query itself at +inf in leave-one-out."""
-        import torch
-
         qr = self.q[rows]
         if self.distance == "cosine":
             cost = torch.mm(qr, self.r.T).neg_()
@@ -337,8 +326,6 @@ class Search:
 
 def prepare_search(query: Any, reference: Any, distance: str, device: Any) -> Search:
     """Check and move the inputs (see :func:`iter_knn_torch`)."""
-    import torch
-
     if distance not in DISTANCES:
         raise ValueError(f"distance must be one of {DISTANCES}, got {distance!r}")
     dev = work_device(device, (query, reference))
@@ -363,8 +350,6 @@ def topk_chunks(search: Search, k: int, backend: str, chunk_size: int | None = N
     """Yield ``(start, stop, cost, index, full)`` per query chunk: the k first neighbours by the
     rule (``k`` <= number of candidates) and, for the torch backend, the chunk's full cost matrix
     (None for faiss). ``backend``: a concrete one (:func:`resolve_backend`)."""
-    import torch
-
     m = min(k + 1, search.n_candidates)  # one more than k shows a tie group crossing the boundary
     if backend == "torch":
         chunk = int(chunk_size) if chunk_size is not None else torch_chunk_size(search.r.shape[0], search.dev)
@@ -390,8 +375,6 @@ def topk_chunks(search: Search, k: int, backend: str, chunk_size: int | None = N
 
 
 def _torch_candidates(search: Search, m: int, chunk: int):
-    import torch
-
     for start in range(0, search.q.shape[0], chunk):
         stop = min(start + chunk, search.q.shape[0])
         full = search.cost_rows(slice(start, stop))
@@ -400,8 +383,6 @@ def _torch_candidates(search: Search, m: int, chunk: int):
 
 
 def _faiss_candidates(search: Search, m: int, chunk: int, gpu: int | None):
-    import torch
-
     faiss = import_faiss()
     qn = search.q.detach().cpu().numpy()
     rn = qn if search.self_search else search.r.detach().cpu().numpy()

@@ -28,7 +28,7 @@ def _as_matrix64(x: Any, name: str) -> np.ndarray:
 
 
 def _pairwise_euclidean(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    from scipy.spatial.distance import cdist  # noqa: PLC0415
+    from scipy.spatial.distance import cdist  # noqa: PLC0415  (deferred: scipy, only these measures need it)
 
     return cdist(a, b, metric="euclidean")
 
@@ -54,7 +54,7 @@ def proxy_data_w2_per_class(
     only), every embedding is matched to a distinct proxy and the mean is over the |Z_j| matched
     pairs; a warning names the classes.
     """
-    from scipy.optimize import linear_sum_assignment  # noqa: PLC0415
+    from scipy.optimize import linear_sum_assignment  # noqa: PLC0415  (deferred: scipy, only these measures need it)
 
     if w_power not in (1, 2):
         raise ValueError(
@@ -148,12 +148,11 @@ def avg_dtp_per_class(
         uniq, first = np.unique(py, return_index=True)
         if len(uniq) != len(py):
             raise ValueError("AvgDTP is defined for one proxy per class; proxy_labels has repeats")
-        pos = np.searchsorted(uniq, y)
-        pos = np.clip(pos, 0, len(uniq) - 1)
-        missing = uniq[pos] != y
+        proxy_index = np.clip(np.searchsorted(uniq, y), 0, len(uniq) - 1)
+        missing = uniq[proxy_index] != y
         if missing.any():
             raise ValueError(f"labels without a proxy: {np.unique(y[missing])[:5].tolist()}")
-        own = p[first[pos]]
+        own = p[first[proxy_index]]
     d = np.linalg.norm(z - own, axis=1)
     classes, codes = np.unique(y, return_inverse=True)
     means = np.bincount(codes.reshape(-1), weights=d) / np.bincount(codes.reshape(-1))

@@ -115,12 +115,12 @@ def _exact_first_hits(full, q_codes, members: _Members) -> Any:
     relevant minimum and j_b its first index)."""
     idx, ok = members.index[q_codes], members.valid[q_codes]
     cost_m = torch.gather(full, 1, idx).masked_fill_(~ok, float("inf"))
-    best, pos = cost_m.min(dim=1)  # the first minimal column: the smallest index (rows ascending)
+    best, best_column = cost_m.min(dim=1)  # the first minimal column: the smallest index (rows ascending)
     below = (full < best[:, None]).sum(dim=1)
     ties = (full <= best[:, None]).sum(dim=1) - below - ((cost_m == best[:, None]) & ok).sum(dim=1)
     rows = torch.nonzero(ties > 0).flatten()  # irrelevant items tied with the best relevant one
     if rows.numel():
-        jb = torch.gather(idx[rows], 1, pos[rows, None])
+        jb = torch.gather(idx[rows], 1, best_column[rows, None])
         cols = torch.arange(full.shape[1], device=full.device)[None, :]
         below[rows] += ((full[rows] == best[rows, None]) & (cols < jb)).sum(dim=1)
     return below

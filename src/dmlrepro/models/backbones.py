@@ -110,7 +110,7 @@ def create_backbone(name: str, **kwargs: Any) -> nn.Module:
 # -- timm ------------------------------------------------------------------------------------
 def _timm_builder(arch: str) -> Callable[..., nn.Module]:
     def build(**kwargs: Any) -> nn.Module:
-        import timm
+        import timm  # deferred: timm (seconds), only timm backbones need it
 
         for key in ("pretrained", "num_classes", "global_pool"):
             if key in kwargs:

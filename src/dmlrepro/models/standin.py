@@ -18,12 +18,14 @@ import hashlib
 import json
 import math
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+import yaml
 from torch import nn
 
 from dmlrepro.atomic import atomic_open
@@ -192,10 +194,6 @@ def with_folder(config: Mapping[str, Any], folder: str | os.PathLike) -> dict[st
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m dmlrepro.models.standin RECIPE.yaml FOLDER``: pretrain into FOLDER/standin-<hash>.pt."""
-    import sys
-
-    import yaml
-
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
         print(main.__doc__, file=sys.stderr)

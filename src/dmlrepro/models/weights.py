@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from dmlrepro.atomic import atomic_open, atomic_write_text
 
@@ -253,10 +254,10 @@ def sha256_file(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def _normalise_hash(value: str, what: str) -> str:
+def _normalise_hash(value: str, field_name: str) -> str:
     v = value.strip().lower()
     if len(v) < 8 or len(v) > 64 or any(c not in "0123456789abcdef" for c in v):
-        raise ValueError(f"{what} must be 8 to 64 hex digits (a sha256 or its prefix), got {value!r}")
+        raise ValueError(f"{field_name} must be 8 to 64 hex digits (a sha256 or its prefix), got {value!r}")
     return v
 
 
@@ -355,10 +356,6 @@ def _progress_bar(total: str | None, desc: str, progress: bool | None):
         progress = sys.stderr.isatty()
     if not progress:
         return None
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a declared dependency
-        return None
     return tqdm(total=int(total) if total else None, unit="B", unit_scale=True, desc=desc)
 
 
@@ -377,7 +374,7 @@ def _read_sidecar(path: Path) -> str | None:
 def load_weights_file(path: str | os.PathLike, file_format: str) -> dict[str, torch.Tensor]:
     """Read a state dict from a cached file (no code execution: ``weights_only``)."""
     if file_format == "safetensors":
-        from safetensors.torch import load_file
+        from safetensors.torch import load_file  # deferred: safetensors, only .safetensors files need it
 
         return dict(load_file(str(path), device="cpu"))
     if file_format == "torch":

@@ -42,7 +42,7 @@ def faiss_facts(device: torch.device) -> dict[str, Any]:
     """faiss version, whether the build has GPU support, GPUs it sees, and whether a search on the
     device's GPU works (probed in a subprocess; None on the CPU)."""
     try:
-        import faiss
+        import faiss  # deferred: faiss is an optional extra
     except ImportError:
         return {"faiss": None, "faiss_gpu_build": False, "faiss_gpus": 0, "faiss_gpu_search": None}
     gpu_build = hasattr(faiss, "StandardGpuResources")

@@ -189,7 +189,7 @@ def kcenter_selections(cfg: Mapping[str, Any]) -> int:
 
 def measure_knn(dim: int, k: int, device: str, queries: int = 1024, references: int = 4096) -> float:
     """Seconds per query × reference × dimension of one ``knn_search`` on random embeddings on ``device``."""
-    import torch
+    import torch  # deferred: this module imports without torch (the train job script)
 
     from dmlrepro.evaluation.knn import knn_search  # deferred: imports torch
 
@@ -205,7 +205,7 @@ def measure_knn(dim: int, k: int, device: str, queries: int = 1024, references: 
 def measure_kcenter(classes: int, pool: int, p: int, dim: int, device: str, timed_classes: int = 16) -> float:
     """Seconds of the farthest-first traversal (``asap.kcenter.farthest_first``, seeded with P centres)
     for ``classes`` classes: timed on ``timed_classes`` of them on ``device``, scaled linearly."""
-    import torch
+    import torch  # deferred: this module imports without torch (the train job script)
 
     from dmlrepro.asap.kcenter import farthest_first  # deferred: imports torch
 
@@ -227,7 +227,7 @@ def budget_hours(config: Mapping[str, Any], dataset: str, retries: int, runs_in_
 
 def profile_retries(profile: str | os.PathLike) -> int | None:
     """``retries`` of a Snakemake profile's config.yaml (a folder or the file), None if absent."""
-    import yaml
+    import yaml  # deferred: the train job script imports this module, and only this reader needs yaml
 
     path = Path(profile)
     path = path / "config.yaml" if path.is_dir() else path

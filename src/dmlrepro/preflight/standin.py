@@ -42,25 +42,26 @@ class DataSource:
     note: str | None
 
 
-def data_source(dcfg: dict[str, Any], data_root: str | Path, scratch: Path) -> DataSource:
+def data_source(dataset_cfg: dict[str, Any], data_root: str | Path, scratch: Path) -> DataSource:
     """The prepared dataset under ``data_root`` when it is there, else a stand-in under ``scratch``."""
-    name = dcfg["name"]
+    name = dataset_cfg["name"]
     if name in EMBEDDED:  # generated from the run's own dataset.params, never into the data root
         return DataSource(str(scratch), True, f"{name} generated in a scratch folder")
     if is_prepared(data_root, name):
         return DataSource(str(data_root), False, None)
     if name not in BENCHMARKS:
         raise KeyError(f"dataset {name!r} is neither prepared under {data_root} nor a known benchmark")
-    size = stand_in_size(dcfg)
+    size = stand_in_size(dataset_cfg)
     if not (scratch / name / MANIFEST_NAME).is_file():
         write_stand_in(scratch, name, size)
     return DataSource(str(scratch), False, f"stand-in images ({size}×{size} JPEG; {name} is not prepared under "
                                            f"{data_root}): real counts, not real pixels")
 
 
-def stand_in_size(dcfg: dict[str, Any]) -> int:
+def stand_in_size(dataset_cfg: dict[str, Any]) -> int:
     """The configured size: the largest of the crop, the eval resize and the train resize."""
-    return max(int(dcfg["image_size"]), int(dcfg.get("resize") or 0), int(dcfg.get("train_resize") or 0))
+    return max(int(dataset_cfg["image_size"]), int(dataset_cfg.get("resize") or 0),
+               int(dataset_cfg.get("train_resize") or 0))
 
 
 def write_stand_in(root: Path, name: str, size: int) -> Path:

@@ -37,7 +37,7 @@ import torch
 from dmlrepro.nested import deep_merge
 from dmlrepro.train.config import resolve_run_config
 from dmlrepro.train.engine import Trainer
-from dmlrepro.train.evaluate import compute_embeddings, embedding_metrics
+from dmlrepro.train.run_evaluation import compute_embeddings, embedding_metrics
 from dmlrepro.train.runtime import apply_speed, available_cpus, resolve_device, resolve_runtime, restore_speed
 from dmlrepro.train.seeding import DeterminismGuard
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from dmlrepro.atomic import atomic_write_text
 from dmlrepro.train.state import RunDir
@@ -32,8 +33,6 @@ def sweep_label(point: Mapping[str, Any]) -> str:
 
 def sweep_points(aggregated: pd.DataFrame, key: str) -> pd.Series:
     """The swept value of `key` in each row of an aggregated table (sweep_label read back)."""
-    import yaml
-
     def value(sweep):
         for part in str(sweep or "").split(", "):
             name, _, text = part.partition("=")
@@ -93,7 +92,7 @@ def aggregate_runs(records: Iterable[Mapping[str, Any]], metrics: list[str], *,
 
 def ci95_half_width(std, n):
     """t(0.975, n − 1) · std / √n elementwise (NaN for n < 2): the half-width of a 95 % CI of a mean."""
-    from scipy.stats import t
+    from scipy.stats import t  # deferred: scipy.stats, only the confidence intervals need it
 
     n = np.asarray(n, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):

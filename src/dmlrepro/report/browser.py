@@ -6,6 +6,7 @@ naturalWidth is 0; console messages of level error come from Chromium's log."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -63,8 +64,6 @@ def check_report(index_html: str | os.PathLike, screenshot: str | os.PathLike | 
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     parser = argparse.ArgumentParser(prog="dmlrepro check-report", description=__doc__.splitlines()[0])
     parser.add_argument("index_html", help="the report, e.g. results/report/index.html")
     parser.add_argument("--screenshot", help="also write a full-page PNG screenshot here")

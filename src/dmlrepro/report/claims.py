@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from .aggregate import MLRC_FOLD_KEY
 from .reported import load_reported, paper_units
@@ -45,7 +46,7 @@ def welch_test(a: Sequence[float], b: Sequence[float]) -> TTest | None:
     """Welch's unequal-variance t-test of mean(a) − mean(b), two-sided (Welch 1947):
     t = (ā − b̄) / √(s_a²/n_a + s_b²/n_b), ν = (s_a²/n_a + s_b²/n_b)² / Σ (s²/n)² / (n − 1).
     None when a side has fewer than 2 values or neither side varies (t undefined)."""
-    from scipy.stats import t as student
+    from scipy.stats import t as student  # deferred: scipy.stats, only the tests of a claim need it
 
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if len(a) < 2 or len(b) < 2:
@@ -61,7 +62,7 @@ def welch_test(a: Sequence[float], b: Sequence[float]) -> TTest | None:
 def paired_test(a: Mapping[Any, float], b: Mapping[Any, float]) -> TTest | None:
     """Paired t-test over the keys (seeds) both sides have: t = d̄ / (s_d / √n), ν = n − 1.
     None when fewer than 2 pairs or the differences do not vary."""
-    from scipy.stats import t as student
+    from scipy.stats import t as student  # deferred: scipy.stats, only the tests of a claim need it
 
     common = [k for k in a if k in b]
     d = np.asarray([a[k] - b[k] for k in common], dtype=np.float64)
@@ -97,8 +98,6 @@ def claim_verdict(verdicts: Iterable[str]) -> str | None:
 # ---- the catalogue ------------------------------------------------------------------------------
 
 def load_catalogue(path: str | os.PathLike) -> list[dict]:
-    import yaml
-
     return list(yaml.safe_load(Path(path).read_text())["claims"])
 
 
@@ -176,8 +175,6 @@ def _check_cell(where: str, cell: Mapping, config: Mapping, datasets: Sequence[s
 
 def _sweep_dict(label: Any) -> dict:
     """aggregate.sweep_label read back: "k1=v1, k2=v2" -> {k1: v1, k2: v2} (values as YAML)."""
-    import yaml
-
     out = {}
     for part in ("" if label is None or (isinstance(label, float) and math.isnan(label)) else str(label)).split(", "):
         if part:

@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from PIL import Image  # noqa: E402
 
 from dmlrepro.atomic import atomic_open  # noqa: E402
 
@@ -55,8 +56,6 @@ def retrieval_grid(queries: Sequence[dict], path: str | os.PathLike, title: str 
     """Rows of [query, neighbour 1..k] thumbnails; neighbours framed green (same class) or red.
 
     Each query dict: `image` (path), `label`, `neighbours` = [(image path, label), ...]."""
-    from PIL import Image
-
     k = max(len(q["neighbours"]) for q in queries)
     fig, axes = plt.subplots(len(queries), k + 1, figsize=(1.6 * (k + 1), 1.7 * len(queries)), squeeze=False)
     for row, query in zip(axes, queries):
@@ -79,7 +78,7 @@ def retrieval_grid(queries: Sequence[dict], path: str | os.PathLike, title: str 
 
 def tsne_2d(points: np.ndarray, seed: int) -> np.ndarray:
     """2-D t-SNE (scikit-learn, PCA init, fixed seed; perplexity 30, or (n − 1) / 3 for few points)."""
-    from sklearn.manifold import TSNE
+    from sklearn.manifold import TSNE  # deferred: scikit-learn (seconds), only the t-SNE figure
 
     return TSNE(n_components=2, init="pca", random_state=seed,
                 perplexity=min(30.0, max(2.0, (len(points) - 1) / 3))).fit_transform(points)

@@ -16,7 +16,7 @@ _EXPORTS = {
     "DEFAULTS": "config", "GROUPS": "config", "ConfigError": "config", "load_run_config": "config",
     "resolve_run_config": "config",
     "resolve_device": "engine", "train_run": "engine",
-    "EMBEDDINGS_FILE": "evaluate", "compute_embeddings": "evaluate", "evaluate_run": "evaluate",
+    "EMBEDDINGS_FILE": "run_evaluation", "compute_embeddings": "run_evaluation", "evaluate_run": "run_evaluation",
     "EXIT_INTERRUPTED": "preemption", "RunInterrupted": "preemption",
 }
 

@@ -82,7 +82,7 @@ def evaluate_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("outdir")
     p.add_argument("--device", default=None, help="override the run's device for recomputing embeddings")
     args = p.parse_args(argv)
-    from .evaluate import evaluate_run  # deferred: imports torch
+    from .run_evaluation import evaluate_run  # deferred: imports torch
 
     try:
         res = evaluate_run(args.outdir, device=args.device)
@@ -98,7 +98,7 @@ def evaluate_main(argv: Sequence[str] | None = None) -> int:
 def _submitit_signal() -> int:
     """The signal submitit's job handler checkpoints and requeues on (SIGUSR2 unless configured)."""
     try:
-        from submitit import JobEnvironment
+        from submitit import JobEnvironment  # deferred: submitit, only under SLURM
 
         return JobEnvironment._usr_sig()
     except (ImportError, AttributeError, RuntimeError):  # pragma: no cover - submitit missing or changed
@@ -125,7 +125,7 @@ class TrainJob:
             raise
 
     def checkpoint(self, *args: Any, **kwargs: Any):
-        import submitit
+        import submitit  # deferred: submitit, only for `launch`
 
         return submitit.helpers.DelayedSubmission(TrainJob(self.config, self.outdir))
 
@@ -147,7 +147,7 @@ def launch_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--wait", action="store_true", help="wait for the job and print its result")
     args = p.parse_args(argv)
     try:
-        import submitit
+        import submitit  # deferred: submitit, only for `launch`
     except ImportError as e:  # pragma: no cover
         return _error("launch", e, 1)
     try:

@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler
+from tqdm import tqdm
 
-from .data import SeededDataset, loader_generator, worker_init
+from .run_data import SeededDataset, loader_generator, worker_init
 
 
 class EmbeddingInterrupted(Exception):
@@ -59,8 +60,6 @@ class Embedder:
 
     @torch.no_grad()
     def _run(self, ds, batches, desc: str, on_device: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        from tqdm import tqdm
-
         loader, feed = self._loader(ds)
         feed.batches = batches
         model = self.model

@@ -37,27 +37,30 @@ from typing import Any
 
 import torch
 import yaml
+from tqdm import tqdm
 
 from dmlrepro.atomic import atomic_write_text, write_json_atomic
+from dmlrepro.evaluation.embeddings_io import load_embeddings
+from dmlrepro.losses import proxy_points
 from dmlrepro.preflight.projection import warn_time_budget
 
-from .checkpoint import load_latest, save_checkpoint
+from .checkpoint import load_latest, read_checkpoint, save_checkpoint
 from .config import ConfigError, config_identity, dump_yaml, resolve_run_config
-from .data import (SeededBatchSampler, SeededDataset, build_batch_sampler, build_datasets, build_gallery, build_train_eval,
-                   build_validation, loader_generator, open_manifest, worker_init)
 from .embedder import Embedder, EmbeddingInterrupted
-from .evaluate import final_metrics
 from .hooks import CheckpointPolicy, TestEvaluation, proxy_metrics
 from .imagecache import attach as attach_image_cache
 from .imagecache import share_image_cache
-from .modeling import build_run_loss, build_run_model
+from .model_and_loss import build_run_loss, build_run_model
 from .optim import apply_trainability, build_optimizer, group_lrs, in_followup, linked_groups, named_groups, set_lrs
 from .outputs import common_fields, diverged_record, history_row, write_final_proxies, write_train_log
 from .outputs import say as _say
 from .preemption import RunInterrupted, StopFlag
 from .projections import Projections
-from .runtime import apply_speed, available_cpus, resolve_device, resolve_runtime, restore_speed
+from .run_data import (SeededBatchSampler, SeededDataset, build_batch_sampler, build_datasets, build_gallery,
+                       build_train_eval, build_validation, loader_generator, open_manifest, worker_init)
+from .run_evaluation import corruption_metrics, final_metrics
 from .runlock import _LOCK_FILE, _lock_file, _run_lock  # noqa: F401 (tests and tools use them here)
+from .runtime import apply_speed, available_cpus, resolve_device, resolve_runtime, restore_speed
 from .seeding import DeterminismGuard, loss_seed, rng_state, seed_everything, set_rng_state
 from .state import RunDir, TrainState
 from .stepper import Stepper
@@ -70,7 +73,8 @@ CHECKPOINT_FORMAT = 1
 __all__ = ["Trainer", "TrainState", "RunDir", "resolve_device", "train_run"]
 
 
-def _plain_yaml(cfg: dict) -> Any:
+def _stored_yaml(cfg: dict) -> Any:
+    """The config as config.yaml stores it (its YAML round trip): what a run's identity is read from."""
     return yaml.safe_load(dump_yaml(cfg))
 
 
@@ -112,7 +116,7 @@ def _train_locked(cfg: dict, outdir: Path, progress: bool | None) -> dict[str, A
     rundir = RunDir(outdir)
     for stale in rundir.temporaries():
         stale.unlink(missing_ok=True)
-    plain = _plain_yaml(cfg)
+    stored_cfg = _stored_yaml(cfg)
     cfg_path = rundir.config
     if cfg_path.is_file():
         try:
@@ -121,11 +125,11 @@ def _train_locked(cfg: dict, outdir: Path, progress: bool | None) -> dict[str, A
             # damaged (we write it atomically): rewritten; a checkpoint's own config record still
             # guards against resuming another run's checkpoints (Trainer._restore)
             _say(f"{cfg_path} is damaged ({type(e).__name__}); rewritten from the run config")
-            old = plain
+            old = stored_cfg
         if not isinstance(old, dict):
             raise ConfigError(f"{cfg_path}: expected a YAML mapping (the resolved run config), got "
                               f"{type(old).__name__}; delete the file to resume")
-        diff = _first_difference(config_identity(old), config_identity(plain))
+        diff = _first_difference(config_identity(old), config_identity(stored_cfg))
         if diff:
             raise ConfigError(f"{outdir} holds a run with a different config ({diff}); "
                               f"use another output directory or delete this one")
@@ -145,7 +149,7 @@ def _train_locked(cfg: dict, outdir: Path, progress: bool | None) -> dict[str, A
     prev = apply_speed(cfg["speed"], cfg["deterministic"])
     try:
         with DeterminismGuard(cfg["deterministic"], cfg["threads"]), StopFlag() as stop:
-            trainer = Trainer(cfg, plain, outdir, bool(progress), stop)
+            trainer = Trainer(cfg, stored_cfg, outdir, bool(progress), stop)
             try:
                 return trainer.run()
             finally:
@@ -188,8 +192,8 @@ class Trainer:
     them without a run: :meth:`for_measurement`, :meth:`start_epoch`, :meth:`epoch_loader`,
     :meth:`open_window`, :meth:`step`, :meth:`sync`."""
 
-    def __init__(self, cfg: dict, plain: dict, outdir: Path, progress: bool, stop: StopFlag | None):
-        self.cfg, self.plain, self.progress, self.stop = cfg, plain, progress, stop
+    def __init__(self, cfg: dict, stored_cfg: dict, outdir: Path, progress: bool, stop: StopFlag | None):
+        self.cfg, self.stored_cfg, self.progress, self.stop = cfg, stored_cfg, progress, stop
         self.rundir = RunDir(outdir)
         self.outdir, self.ckdir = self.rundir.root, self.rundir.checkpoints
         self.device = resolve_device(cfg["device"])
@@ -225,7 +229,7 @@ class Trainer:
     @classmethod
     def for_measurement(cls, cfg: dict, outdir: Path) -> Trainer:
         """A trainer outside a run (no stop flag, no progress bars): preflight and benchmarks."""
-        return cls(cfg, _plain_yaml(cfg), outdir, False, None)
+        return cls(cfg, _stored_yaml(cfg), outdir, False, None)
 
     def _build_data(self) -> None:
         cfg = self.cfg
@@ -286,7 +290,7 @@ class Trainer:
     def _state(self) -> dict[str, Any]:
         """The checkpoint record: a copy of everything the after-epoch hooks may change in place
         (the position, loss, validation and projections state), references to the rest."""
-        state = {"format": CHECKPOINT_FORMAT, "config": config_identity(self.plain), "position": self.state.to_dict(),
+        state = {"format": CHECKPOINT_FORMAT, "config": config_identity(self.stored_cfg), "position": self.state.to_dict(),
                  "model": self.model.state_dict(), "loss": copy.deepcopy(self.loss.state_dict()),
                  "optimizer": self.optimizer.state_dict(), "scaler": self.stepper.scaler.state_dict(),
                  "rng": rng_state(), "amp_dtype": str(self.amp_dtype).removeprefix("torch.") if self.amp_dtype else None}
@@ -299,14 +303,14 @@ class Trainer:
     def _save(self, state: dict[str, Any] | None = None) -> Path:
         t0 = time.perf_counter()
         state = self._state() if state is None else state
-        pos = state["position"]
-        path = save_checkpoint(self.ckdir, state, pos["epoch"], pos["batch"], self.cfg["checkpoint"]["keep"])
+        position = state["position"]
+        path = save_checkpoint(self.ckdir, state, position["epoch"], position["batch"], self.cfg["checkpoint"]["keep"])
         self.policy.record(time.perf_counter() - t0, path.stat().st_size)
         return path
 
     def _restore(self, state: dict[str, Any], path: Path) -> None:
         # config_identity of the stored identity too: keys that became runtime keys later drop out of both
-        diff = _first_difference(config_identity(state.get("config") or {}), config_identity(self.plain))
+        diff = _first_difference(config_identity(state.get("config") or {}), config_identity(self.stored_cfg))
         if state.get("format") != CHECKPOINT_FORMAT or diff:
             raise ConfigError(f"checkpoint {path} belongs to another config ({diff or 'format'}); "
                               f"use another output directory or delete {self.ckdir}")
@@ -452,8 +456,6 @@ class Trainer:
     def _train_steps(self, epoch: int, lrs: dict[str, float], t0: float) -> dict[str, Any] | None:
         """The epoch's optimizer steps from the position on; the host reads the device's loss and
         flags every ``speed.sync_every`` steps. A signal: checkpoint after the step, RunInterrupted."""
-        from tqdm import tqdm
-
         st, every = self.state, self.cfg["speed"]["sync_every"]
         bar = tqdm(self.epoch_loader(epoch, st.batch), total=self.sampler.num_batches(), initial=st.batch,
                    disable=not self.progress, desc=f"epoch {epoch}/{self.cfg['epochs']}", leave=False,
@@ -555,8 +557,6 @@ class Trainer:
         return self.test_eval(epoch, self.state, final)
 
     def _check_proxy_metrics(self) -> None:
-        from dmlrepro.losses import proxy_points
-
         wanted = self.cfg["eval"]["proxy_metrics"]
         if not wanted:
             return
@@ -597,8 +597,6 @@ class Trainer:
 
     def _final_epoch(self, select: str, last_epoch: int) -> int:
         """The epoch of the selected model's saved test embeddings (computed again when missing)."""
-        from dmlrepro.evaluation.embeddings_io import load_embeddings
-
         emb_path = self.rundir.embeddings()
         try:
             epoch = int(load_embeddings(emb_path).meta.get("epoch", last_epoch))
@@ -629,8 +627,6 @@ class Trainer:
             logged = last.get("proxy_metrics") if last.get("epoch") == last_epoch else None
             extra["proxy_metrics"] = logged if logged is not None else self._proxy_metrics()
         if self.cfg["eval"]["corruptions"]:  # RSW Table IV: the final model on corrupted test images
-            from .evaluate import corruption_metrics
-
             extra["corruption_metrics"] = corruption_metrics(self.model, self.cfg, self.manifest, device=self.device,
                                                              amp_dtype=self.amp_dtype, progress=self.progress,
                                                              stop=self.stop)
@@ -640,8 +636,6 @@ class Trainer:
 
     def _evaluate_best_val(self) -> int:
         """Load the best-validation model (eval.select best_val) and save its test embeddings; its epoch."""
-        from .checkpoint import read_checkpoint
-
         state = read_checkpoint(self.rundir.best_model("best_val"), map_location=self.device)
         self.model.load_state_dict(state["model"])
         if self._evaluate(int(state["epoch"]), True) is None:

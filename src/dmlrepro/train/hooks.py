@@ -16,8 +16,11 @@ from pathlib import Path
 
 import torch
 
+from dmlrepro.evaluation import avg_dtp, proxy_data_w2, save_embeddings
+from dmlrepro.losses import proxy_points
+
 from . import checkpoint as _checkpoint
-from .evaluate import embedding_metrics
+from .run_evaluation import embedding_metrics
 from .state import RunDir, TrainState
 
 
@@ -59,8 +62,6 @@ class TestEvaluation:
         return metrics
 
     def _save(self, embedded, best: bool, meta: dict) -> None:
-        from dmlrepro.evaluation import save_embeddings
-
         for (_, split, gallery), (e, y, rows) in zip(self.sets, embedded):
             path = self.rundir.best_embeddings(gallery) if best else self.rundir.embeddings(gallery)
             save_embeddings(path, e, y, rows, split=split, meta=meta)
@@ -73,9 +74,6 @@ class TestEvaluation:
 def proxy_metrics(cfg: dict, embedder, train_eval_ds, labelmap, loss) -> dict[str, float]:
     """W₂ (PFML Table 3) and AvgDTP (RSW Table III) of the current proxies against the training
     split, embedded with the eval transform (docs/readings/pfml.md#pfml-r24, RSW-R15)."""
-    from dmlrepro.evaluation import avg_dtp, proxy_data_w2
-    from dmlrepro.losses import proxy_points
-
     emb, labels, _ = embedder.embed(train_eval_ds, desc="embed train")
     labels = labelmap(torch.as_tensor(labels)).numpy()
     proxies, proxy_labels = (t.cpu().numpy() for t in proxy_points(loss))

@@ -61,11 +61,11 @@ class DeterminismGuard:
 
 def rng_state() -> dict[str, Any]:
     """All generator states as tensors / plain values (loadable with ``weights_only=True``)."""
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    kind, keys, key_position, has_gauss, cached = np.random.get_state()
     py_version, py_state, py_gauss = random.getstate()
     state = {
         "torch": torch.get_rng_state(),
-        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(key_position),
                   "has_gauss": int(has_gauss), "cached": float(cached)},
         "python": {"version": py_version, "state": list(py_state), "gauss": py_gauss},
     }

@@ -33,7 +33,7 @@ from dmlrepro.atomic import write_json_atomic
 from dmlrepro.evaluation import save_embeddings
 
 from . import checkpoint as _checkpoint
-from .evaluate import embedding_metrics
+from .run_evaluation import embedding_metrics
 from .state import VAL_EMBEDDINGS_DIR, VALIDATION_LOG_FILE as LOG_FILE, RunDir
 
 __all__ = ["LOG_FILE", "VAL_EMBEDDINGS_DIR", "Validation"]

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from dmlrepro.atomic import atomic_write_text, write_json_atomic
 from dmlrepro.nested import deep_merge, dotted_get, undotted
@@ -110,7 +111,7 @@ def _search_lock(outdir: Path) -> Iterator[None]:
 
 
 def _quiet_optuna():
-    import optuna
+    import optuna  # deferred: optuna (seconds); the Snakefile imports this module
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -197,7 +198,7 @@ def run_search(base_config: Mapping, space: Mapping | Sequence[Param], outdir: s
     _check_config(base_config, params, folds)
 
     optuna = _quiet_optuna()
-    from optuna.trial import TrialState
+    from optuna.trial import TrialState  # deferred with optuna
 
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -212,8 +213,6 @@ def run_search(base_config: Mapping, space: Mapping | Sequence[Param], outdir: s
             return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
         _write_outputs(study, outdir, params, folds, direction)
-        from tqdm.auto import tqdm
-
         show = sys.stderr.isatty() if progress is None else progress
         with tqdm(total=trials, initial=min(n_complete(), trials), desc="search", unit="trial", disable=not show) as bar:
             while (done := n_complete()) < trials:
@@ -305,7 +304,7 @@ def _evaluate(trial, base_config, params: Sequence[Param], folds, outdir: Path, 
 def study_frame(study, params: Sequence[Param], folds: list[int] | None):
     """One row per trial: number, state, value, each searched key (the value the runs got), each
     ``<key>@zero``, the per-fold values, the diverged folds, the run folders."""
-    import pandas as pd
+    import pandas as pd  # deferred: pandas; the Snakefile imports this module
 
     rows = []
     for t in study.get_trials(deepcopy=False):
@@ -357,7 +356,7 @@ def _write_outputs(study, outdir: Path, params, folds, direction) -> dict[str, A
 def load_trials(outdir: str | os.PathLike):
     """``outdir/trials.csv`` as a DataFrame (``diverged``, ``hash``, ``runs``, ``error`` as strings,
     empty where there is nothing)."""
-    import pandas as pd
+    import pandas as pd  # deferred: pandas; the Snakefile imports this module
 
     text = ("diverged", "hash", "runs", "error")
     frame = pd.read_csv(Path(outdir) / TRIALS_CSV, dtype={c: str for c in text})
@@ -426,6 +425,7 @@ def posterior_surface(trials_frame, x_key: str, y_key: str, *, log_x: bool = Fal
     the power of ten under the smallest positive value; the position is returned as
     ``x_zero``/``y_zero``.
     """
+    # deferred: scikit-learn (seconds), only the posterior surface needs it
     from sklearn.gaussian_process import GaussianProcessRegressor
     from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 

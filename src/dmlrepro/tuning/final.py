@@ -17,7 +17,7 @@ def observed_epochs(train_logs: list[Any], multiple: int = 5) -> dict[str, Any]:
     """RSW App. D-B: a Complete run trains, per phase, "the mean of the total and followup epochs
     observed in the eval runs, rounded up to the nearest multiple of 5". Observed = the epochs each
     fold run's train_log.csv holds (epoch ≥ 1; followup = phase 2), so early stopping counts."""
-    import pandas as pd
+    import pandas as pd  # deferred: pandas; the Snakefile imports this module
 
     totals, followups = [], []
     for path in train_logs:

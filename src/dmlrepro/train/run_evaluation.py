@@ -1,4 +1,6 @@
-"""Test-set embeddings of a model, and ``evaluate_run``: (re)compute a run's metrics.json."""
+"""Evaluation inside a run: test-set embeddings of a model, their metrics (retrieval, NMI, the
+corrupted test sets of RSW Table IV), the final metrics.json, and ``evaluate_run``: (re)compute a
+run's metrics.json. The metric computations themselves are ``dmlrepro.evaluation``'s."""
 
 from __future__ import annotations
 
@@ -10,8 +12,21 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
+from tqdm import tqdm
 
+from dmlrepro.asap.normalisation import normalize_array
+from dmlrepro.atomic import write_json_atomic
+from dmlrepro.data.corruptions import build_corruption
+from dmlrepro.evaluation import (evaluate_embeddings_file, retrieval_metrics, retrieval_metrics_query_gallery,
+                                 save_embeddings)
+from dmlrepro.evaluation.clustering import nmi_from_config
+
+from .checkpoint import load_latest, read_checkpoint
+from .config import corruption_suffix, load_run_config, resolve_run_config
 from .embedder import EmbeddingInterrupted
+from .model_and_loss import build_run_model
+from .run_data import build_datasets, build_gallery, build_test_corrupted, loader_generator, open_manifest, worker_init
+from .runtime import resolve_device
 from .state import EMBEDDINGS_FILE, RunDir
 
 log = logging.getLogger(__name__)
@@ -24,10 +39,6 @@ def compute_embeddings(model, ds, *, batch_size: int, device: torch.device, num_
     """Embeddings (float32 numpy; with ``on_device`` a float32 tensor left on ``device``, for the
     metrics to search there), labels and manifest rows of every item of ``ds``, in order. A true
     `stop` (the run's stop flag) after a batch abandons the pass: :class:`EmbeddingInterrupted`."""
-    from tqdm import tqdm
-
-    from .data import loader_generator, worker_init
-
     was_training = model.training
     model.eval()
     loader = DataLoader(ds, batch_size=batch_size, shuffle=False, num_workers=num_workers,
@@ -54,10 +65,6 @@ def embedding_metrics(emb: np.ndarray | torch.Tensor, labels: np.ndarray, cfg: d
     `gallery` = (embeddings, labels); None if any value is not finite. The k-NN search runs where
     `emb` is (a device tensor from ``compute_embeddings(on_device=True)``: that device) with the
     backend ``speed.knn_backend`` (docs/evaluation.md#backends)."""
-    from dmlrepro.asap.normalisation import normalize_array
-    from dmlrepro.evaluation import retrieval_metrics, retrieval_metrics_query_gallery
-    from dmlrepro.evaluation.clustering import nmi_from_config
-
     if not _all_finite(emb) or (gallery is not None and not _all_finite(gallery[0])):
         return None
     e = cfg["eval"]
@@ -109,11 +116,6 @@ def corruption_metrics(model, cfg: dict[str, Any], manifest, *, device: torch.de
     `recall@1@gaussian_3`; `<metric>@<name>` for imgaug's default range). A corruption whose
     embeddings are not finite gives None for its metrics. The stop flag `stop` is honoured after
     every batch (:class:`~dmlrepro.train.embedder.EmbeddingInterrupted`)."""
-    from dmlrepro.data.corruptions import build_corruption
-
-    from .config import corruption_suffix
-    from .data import build_test_corrupted
-
     out: dict[str, float | None] = {}
     names = [f"recall@{k}" for k in cfg["eval"]["ks"]] + ["precision@1", "r_precision", "map@r"]
     for item in cfg["eval"]["corruptions"]:
@@ -131,9 +133,6 @@ def corruption_metrics(model, cfg: dict[str, Any], manifest, *, device: torch.de
 
 def final_metrics(outdir: Path, cfg: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     """metrics.json content from the saved embeddings, merged with the run's record ``extra``."""
-    from dmlrepro.atomic import write_json_atomic
-    from dmlrepro.evaluation import evaluate_embeddings_file
-
     e, rundir = cfg["eval"], RunDir(outdir)
     gallery = rundir.embeddings(gallery=True) if cfg["dataset"]["gallery_split"] else None
     res = evaluate_embeddings_file(rundir.embeddings(), None, ks=tuple(e["ks"]), distance=e["distance"],
@@ -150,14 +149,6 @@ def evaluate_run(outdir, *, device: str | None = None, progress: bool | None = N
     first recompute the embeddings from the selected model (``checkpoints/best_model.pt`` for
     ``eval.select: best_test``, ``best_val_model.pt`` for ``best_val``, else the final checkpoint). A diverged run has no final model:
     its recorded metrics.json is returned unchanged."""
-    from dmlrepro.evaluation import save_embeddings
-
-    from .checkpoint import load_latest, read_checkpoint
-    from .config import load_run_config, resolve_run_config
-    from .data import build_datasets, build_gallery, open_manifest
-    from .runtime import resolve_device
-    from .modeling import build_run_model
-
     outdir = Path(outdir)
     rundir = RunDir(outdir)
     cfg = resolve_run_config(load_run_config(rundir.config))

@@ -28,15 +28,15 @@ from dmlrepro.data.splits import split_indices
 from .config import ConfigError, section_value
 
 
-def open_manifest(dcfg: dict[str, Any]):
-    name, root = dcfg["name"], dcfg["root"]
-    if name in EMBEDDED and dcfg["prepare"]:
+def open_manifest(dataset_cfg: dict[str, Any]):
+    name, root = dataset_cfg["name"], dataset_cfg["root"]
+    if name in EMBEDDED and dataset_cfg["prepare"]:
         try:
-            data.prepare(name, root, progress=False, **dict(dcfg["params"]))
+            data.prepare(name, root, progress=False, **dict(dataset_cfg["params"]))
         except TypeError as e:
-            raise ConfigError(f"run config: dataset.params = {dict(dcfg['params'])!r}: {e}") from None
-    elif dcfg["params"]:
-        raise ConfigError(f"run config: dataset.params = {dict(dcfg['params'])!r}: only for embedded datasets "
+            raise ConfigError(f"run config: dataset.params = {dict(dataset_cfg['params'])!r}: {e}") from None
+    elif dataset_cfg["params"]:
+        raise ConfigError(f"run config: dataset.params = {dict(dataset_cfg['params'])!r}: only for embedded datasets "
                           f"with dataset.prepare: true")
     try:
         return data.load(name, root)
@@ -47,30 +47,32 @@ def open_manifest(dcfg: dict[str, Any]):
         ) from None
 
 
-def _normalization(dcfg: dict[str, Any], model) -> tuple[str, Any]:
+def _normalization(dataset_cfg: dict[str, Any], model) -> tuple[str, Any]:
     """The data layer's normalisation name (+ an extra transform for ViT's mean = std = 0.5)."""
-    norm = dcfg["normalization"]
+    norm = dataset_cfg["normalization"]
     if norm == "auto":
         norm = {"rgb_imagenet": "imagenet", "bgr255": "bninception", "rgb_half": "half"}.get(
             getattr(model, "input_convention", ""), "imagenet")
     if norm == "half":  # not offered by dmlrepro.data.transforms: [0, 1] then (x - 0.5) / 0.5
-        from torchvision.transforms import v2
+        from torchvision.transforms import v2  # deferred: torchvision, only where transforms are built
 
         return "none", v2.Normalize((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
     return norm, None
 
 
-def build_transforms(dcfg: dict[str, Any], model, corruption=None):
+def build_transforms(dataset_cfg: dict[str, Any], model, corruption=None):
     """(train, eval) transforms; `corruption` (dmlrepro.data.corruptions) is applied to the eval
     transform's uint8 centre crop before normalisation (RSW Table IV)."""
-    from torchvision.transforms import v2
+    from torchvision.transforms import v2  # deferred: torchvision, only where transforms are built
 
     from dmlrepro.data import build_transform  # deferred: imports torchvision
 
-    norm, extra = _normalization(dcfg, model)
-    common = dict(size=dcfg["image_size"], resize=dcfg["resize"], resize_mode=dcfg["resize_mode"], normalization=norm)
-    train = build_transform(True, **common, scale=tuple(dcfg["scale"]), ratio=tuple(dcfg["ratio"]),
-                            train_resize=dcfg["train_resize"], train_crop=dcfg["train_crop"], hflip=dcfg["hflip"])
+    norm, extra = _normalization(dataset_cfg, model)
+    common = dict(size=dataset_cfg["image_size"], resize=dataset_cfg["resize"], resize_mode=dataset_cfg["resize_mode"],
+                  normalization=norm)
+    train = build_transform(True, **common, scale=tuple(dataset_cfg["scale"]), ratio=tuple(dataset_cfg["ratio"]),
+                            train_resize=dataset_cfg["train_resize"], train_crop=dataset_cfg["train_crop"],
+                            hflip=dataset_cfg["hflip"])
     test = build_transform(False, **common, corruption=corruption)
     if extra is not None:
         train, test = v2.Compose([train, extra]), v2.Compose([test, extra])
@@ -92,83 +94,91 @@ class LabelMap:
         return self.table.to(labels.device)[labels]
 
 
-def label_noise_path(dcfg: dict[str, Any]) -> Path:
+def label_noise_path(dataset_cfg: dict[str, Any]) -> Path:
     """Where the seeded noisy labels of `dataset.label_noise` live: beside the dataset's manifest."""
-    n = dcfg["label_noise"]
-    return Path(dcfg["root"]) / dcfg["name"] / "label_noise" / f"rate{n['rate']:g}_seed{n['seed']}_{n['mode']}.csv"
+    n = dataset_cfg["label_noise"]
+    name = f"rate{n['rate']:g}_seed{n['seed']}_{n['mode']}.csv"
+    return Path(dataset_cfg["root"]) / dataset_cfg["name"] / "label_noise" / name
 
 
-def noisy_labels(dcfg: dict[str, Any], manifest) -> str | None:
+def noisy_labels(dataset_cfg: dict[str, Any], manifest) -> str | None:
     """The noisy-label file of the run, written first if missing (deterministic, atomic), or None."""
-    if dcfg["label_noise"] is None:
-        return dcfg["label_noise_file"]
-    path = label_noise_path(dcfg)
+    if dataset_cfg["label_noise"] is None:
+        return dataset_cfg["label_noise_file"]
+    path = label_noise_path(dataset_cfg)
     if not path.is_file():
-        n = dcfg["label_noise"]
-        write_noisy_labels(manifest, path, seed=n["seed"], rate=n["rate"], mode=n["mode"], split=dcfg["train_split"])
+        n = dataset_cfg["label_noise"]
+        write_noisy_labels(manifest, path, seed=n["seed"], rate=n["rate"], mode=n["mode"],
+                           split=dataset_cfg["train_split"])
     return str(path)
 
 
-def validation_rows(vcfg: dict[str, Any] | None, manifest) -> tuple[np.ndarray, np.ndarray] | None:
+def validation_rows(validation_cfg: dict[str, Any] | None, manifest) -> tuple[np.ndarray, np.ndarray] | None:
     """(train rows, validation rows) of the run's validation split of the training split
     (``validation.split``: fold k of n_folds or RSW's 50/50 holdout, class-disjoint; or
     ``samples``, a fraction of each class's images), or None."""
-    if not vcfg or vcfg["split"] is None:
+    if not validation_cfg or validation_cfg["split"] is None:
         return None
     # a run's stored identity (config.yaml, the report's run records) drops `fraction` at its late default
-    fraction = section_value(vcfg, "validation.fraction")
-    kw = dict(fold=vcfg["fold"], n_folds=vcfg["n_folds"], scheme=vcfg["scheme"], fraction=fraction)
+    fraction = section_value(validation_cfg, "validation.fraction")
+    kw = dict(fold=validation_cfg["fold"], n_folds=validation_cfg["n_folds"], scheme=validation_cfg["scheme"],
+              fraction=fraction)
     try:
-        return tuple(split_indices(manifest, f"{vcfg['split']}_{part}", **kw) for part in ("train", "val"))
+        return tuple(split_indices(manifest, f"{validation_cfg['split']}_{part}", **kw) for part in ("train", "val"))
     except ValueError as e:
-        raise ConfigError(f"run config: validation = {dict(vcfg)!r}: {e}") from None
+        raise ConfigError(f"run config: validation = {dict(validation_cfg)!r}: {e}") from None
 
 
-def build_datasets(dcfg: dict[str, Any], manifest, model, vcfg: dict[str, Any] | None = None):
+def build_datasets(dataset_cfg: dict[str, Any], manifest, model, validation_cfg: dict[str, Any] | None = None):
     """(train, test, label map); with a validation split the training set keeps only its
     training classes (the validation set is :func:`build_validation`'s)."""
-    train_tf, test_tf = build_transforms(dcfg, model)
-    rows = validation_rows(vcfg, manifest)
-    train = ManifestDataset(manifest, split=dcfg["train_split"], indices=None if rows is None else rows[0],
-                            transform=train_tf, label_override=noisy_labels(dcfg, manifest),
-                            cache_images=dcfg.get("cache_images", False))
-    test = ManifestDataset(manifest, split=dcfg["test_split"], transform=test_tf, cache_images=dcfg.get("cache_images", False))
+    train_tf, test_tf = build_transforms(dataset_cfg, model)
+    rows = validation_rows(validation_cfg, manifest)
+    train = ManifestDataset(manifest, split=dataset_cfg["train_split"], indices=None if rows is None else rows[0],
+                            transform=train_tf, label_override=noisy_labels(dataset_cfg, manifest),
+                            cache_images=dataset_cfg.get("cache_images", False))
+    test = ManifestDataset(manifest, split=dataset_cfg["test_split"], transform=test_tf,
+                           cache_images=dataset_cfg.get("cache_images", False))
     return train, test, LabelMap(train.labels)
 
 
-def build_validation(dcfg: dict[str, Any], vcfg: dict[str, Any], manifest, model):
+def build_validation(dataset_cfg: dict[str, Any], validation_cfg: dict[str, Any], manifest, model):
     """The validation classes of the training split with the eval transform (true labels)."""
-    return ManifestDataset(manifest, indices=validation_rows(vcfg, manifest)[1], transform=build_transforms(dcfg, model)[1],
-                           cache_images=dcfg.get("cache_images", False))
+    return ManifestDataset(manifest, indices=validation_rows(validation_cfg, manifest)[1],
+                           transform=build_transforms(dataset_cfg, model)[1],
+                           cache_images=dataset_cfg.get("cache_images", False))
 
 
-def build_gallery(dcfg: dict[str, Any], manifest, model):
+def build_gallery(dataset_cfg: dict[str, Any], manifest, model):
     """The gallery of query→gallery evaluation (eval transform), or None without `dataset.gallery_split`."""
-    if dcfg["gallery_split"] is None:
+    if dataset_cfg["gallery_split"] is None:
         return None
-    return ManifestDataset(manifest, split=dcfg["gallery_split"], transform=build_transforms(dcfg, model)[1])
+    return ManifestDataset(manifest, split=dataset_cfg["gallery_split"],
+                           transform=build_transforms(dataset_cfg, model)[1])
 
 
-def build_train_eval(dcfg: dict[str, Any], manifest, model, rows=None):
+def build_train_eval(dataset_cfg: dict[str, Any], manifest, model, rows=None):
     """The training split (or its `rows`) with the eval transform (no augmentation), for proxy–data measures."""
-    return ManifestDataset(manifest, split=dcfg["train_split"], indices=rows, transform=build_transforms(dcfg, model)[1],
-                           cache_images=dcfg.get("cache_images", False))
+    return ManifestDataset(manifest, split=dataset_cfg["train_split"], indices=rows,
+                           transform=build_transforms(dataset_cfg, model)[1],
+                           cache_images=dataset_cfg.get("cache_images", False))
 
 
-def build_test_corrupted(dcfg: dict[str, Any], manifest, model, corruption):
+def build_test_corrupted(dataset_cfg: dict[str, Any], manifest, model, corruption):
     """The test split with the eval transform followed by `corruption` (RSW Table IV)."""
-    return ManifestDataset(manifest, split=dcfg["test_split"], transform=build_transforms(dcfg, model, corruption)[1])
+    return ManifestDataset(manifest, split=dataset_cfg["test_split"],
+                           transform=build_transforms(dataset_cfg, model, corruption)[1])
 
 
-def build_batch_sampler(dcfg: dict[str, Any], train_ds, seed: int):
-    if dcfg["sampler"] == "random":
-        if dcfg["batch_size"] > len(train_ds):
-            raise ConfigError(f"run config: dataset.batch_size = {dcfg['batch_size']}: expected at most the "
+def build_batch_sampler(dataset_cfg: dict[str, Any], train_ds, seed: int):
+    if dataset_cfg["sampler"] == "random":
+        if dataset_cfg["batch_size"] > len(train_ds):
+            raise ConfigError(f"run config: dataset.batch_size = {dataset_cfg['batch_size']}: expected at most the "
                               f"{len(train_ds)} training images")
-        return RandomBatchSampler(len(train_ds), dcfg["batch_size"], seed=seed, drop_last=True)
+        return RandomBatchSampler(len(train_ds), dataset_cfg["batch_size"], seed=seed, drop_last=True)
     try:
-        return MPerClassBatchSampler(train_ds.labels, dcfg["m"], dcfg["batch_size"], seed=seed,
-                                     length_before_new_iter=dcfg["length_before_new_iter"])
+        return MPerClassBatchSampler(train_ds.labels, dataset_cfg["m"], dataset_cfg["batch_size"], seed=seed,
+                                     length_before_new_iter=dataset_cfg["length_before_new_iter"])
     except ValueError as e:
         raise ConfigError(f"run config: dataset.batch_size/dataset.m: {e}") from None
 
@@ -198,7 +208,7 @@ class SeededBatchSampler(Sampler):
         batches = self.inner.epoch_batches(self.epoch)[: self.num_batches()]
         for b in range(self.start_batch, len(batches)):
             base = _batch_seed(self.seed, self.epoch, b)
-            yield [(int(i), base + pos) for pos, i in enumerate(batches[b])]
+            yield [(int(i), base + position) for position, i in enumerate(batches[b])]
 
     def __len__(self) -> int:
         return self.num_batches() - self.start_batch
