@@ -46,7 +46,8 @@ JOBSERVER_ENV = "DMLREPRO_JOBSERVER"  # the server's socket path, set by `start`
 # what the jobs import (the first two cost ~5 CPU-seconds an interpreter); a module missing here only
 # costs its import in each child that needs it
 PRELOAD = ("torch", "torchvision", "dmlrepro.train.engine", "dmlrepro.tuning", "dmlrepro.models.standin",
-           "pytorch_metric_learning.losses", "sklearn.cluster", "dmlrepro.report.section_job", "matplotlib.pyplot")
+           "pytorch_metric_learning.losses", "sklearn.cluster", "dmlrepro.report.section_job", "dmlrepro.report.aggregate",
+           "matplotlib.pyplot")
 CONNECT_WAIT_S = 120.0  # how long a job waits for a server that is still importing
 _PID = struct.Struct("!i")  # the child's pid, sent when it starts
 _RESULT = struct.Struct("!id")  # its exit status and CPU seconds (user + system, with its waited-for children)

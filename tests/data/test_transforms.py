@@ -143,3 +143,42 @@ def test_corruption_names_and_pipeline():
     img = natural_like(100, 120)
     out = t(img)
     assert out.shape == (3, 48, 48) and out.dtype == torch.float32 and not torch.equal(out, clean(img))
+
+
+def _full_pipeline(transform):
+    """The v2 pipeline behind a fast path (or the transform itself)."""
+    return getattr(transform, "pipeline", transform)
+
+
+@pytest.mark.parametrize("norm", ["imagenet", "bninception", "none"])
+@pytest.mark.parametrize("train", [True, False])
+def test_square_fast_path_equals_the_v2_pipeline(train, norm):
+    """At the output size (resize and crop are identities) the fast path gives the v2 pipeline's
+    tensors bit for bit and leaves torch's RNG where the pipeline leaves it (the flips)."""
+    t = build_transform(train, 32, resize=32, train_crop="random", normalization=norm, hflip=0.5)
+    assert type(t).__name__ == "SquareFastPath"
+    images = [natural_like(32, 32, seed=s) for s in range(40)]
+    outs = {}
+    for name, fn in (("fast", t), ("v2", _full_pipeline(t))):
+        torch.manual_seed(7)
+        outs[name] = torch.stack([fn(img) for img in images])
+        outs[name + "_rng"] = torch.rand(4)
+    assert torch.equal(outs["fast"], outs["v2"])
+    assert torch.equal(outs["fast_rng"], outs["v2_rng"])
+    if train:  # some flipped, some not
+        torch.manual_seed(7)
+        flipped = [not torch.equal(t(img), _full_pipeline(build_transform(False, 32, resize=32, normalization=norm))(img))
+                   for img in images]
+        assert 0 < sum(flipped) < len(flipped)
+
+
+def test_fast_path_only_where_resize_and_crop_are_identities():
+    assert type(build_transform(True, 32, resize=32, train_crop="rrc")).__name__ == "Compose"
+    assert type(build_transform(False, 32)).__name__ == "Compose"  # eval resize 37 -> centre crop 32
+    assert type(build_transform(True, 32, resize=32, train_resize=40, train_crop="random")).__name__ == "Compose"
+    t = build_transform(True, 32, resize=32, train_crop="random")
+    other = natural_like(40, 48)  # not at the output size: the full pipeline resizes and crops
+    torch.manual_seed(0)
+    a = t(other)
+    torch.manual_seed(0)
+    assert a.shape == (3, 32, 32) and torch.equal(a, _full_pipeline(t)(other))

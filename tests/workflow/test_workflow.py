@@ -279,8 +279,9 @@ def test_rsw_kinds_corruptions_and_per_epoch_avg_dtp(finished):
 
 def test_local_jobs_fork_from_the_job_server(finished):
     # docs/workflow.md#job-server; bit-identity with an in-process run: tests/train/test_served_run.py
-    logs = sorted((finished / "results" / "logs" / "train").glob("*.log"))
-    assert logs and all("forked from server" in log.read_text() for log in logs)
+    for rule in ("train", "aggregate", "report_section"):
+        logs = sorted((finished / "results" / "logs" / rule).glob("*.log"))
+        assert logs and all("forked from server" in log.read_text() for log in logs), rule
 
 
 def test_rerun_does_nothing(finished):

@@ -1,20 +1,10 @@
-"""Plumbing for rule aggregate: the experiment's metrics.json and train_log.csv files -> one table
-(mean ± std per cell) and its per-seed values (the Claims section's input)."""
+"""Plumbing for rule aggregate: the experiment's metrics.json and train_log.csv files ->
+dmlrepro.report.aggregate.write_experiment_tables (in a fork of the job server when the workflow
+runs one: dmlrepro.jobserver)."""
 
-import json
+from dmlrepro.jobserver import run_job
 
-from dmlrepro.report import aggregate_runs, timing_metrics, write_table
-from dmlrepro.report.aggregate import mlrc_records, seed_table
-from dmlrepro.steplog import log_to
-
-with log_to(snakemake.log[0]):
-    records = []
-    for record, path, log in zip(snakemake.params.records, snakemake.input.metrics, snakemake.input.train_logs):
-        with open(path) as handle:
-            records.append({**record, "result": json.load(handle), "timing": timing_metrics(log)})
-    if snakemake.params.mlrc:  # fold runs -> separated / concatenated records
-        records = mlrc_records(records)
-    write_table(aggregate_runs(records, snakemake.params.metrics, last_finite=snakemake.params.last_finite),
-                snakemake.output.table)
-    write_table(seed_table(records, snakemake.params.metrics, last_finite=snakemake.params.last_finite),
-                snakemake.output.seeds)
+run_job("dmlrepro.report.aggregate:write_experiment_tables", list(snakemake.params.records),
+        list(snakemake.input.metrics), list(snakemake.input.train_logs), list(snakemake.params.metrics),
+        mlrc=bool(snakemake.params.mlrc), last_finite=snakemake.params.last_finite,
+        table=snakemake.output.table, seeds=snakemake.output.seeds, log=snakemake.log[0])

@@ -12,6 +12,7 @@ flat names such as `recall@1@gaussian_3`.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -22,6 +23,8 @@ import yaml
 
 from dmlrepro.atomic import atomic_write_text
 from dmlrepro.train.state import RunDir
+
+from .timing import timing_metrics
 
 TIMING = ("seconds_per_epoch", "train_hours")  # kept for diverged runs too: they cost the time
 
@@ -171,3 +174,17 @@ def _fold_embedding_files(folds: list[Mapping[str, Any]]) -> tuple[list, list | 
 
 def write_table(table: pd.DataFrame, path: str | os.PathLike) -> None:
     atomic_write_text(path, table.to_csv(index=False, float_format="%.6g"))
+
+
+def write_experiment_tables(records: list[Mapping[str, Any]], metric_files: list[str], train_logs: list[str],
+                            metrics: list[str], *, mlrc: bool, last_finite: bool, table: str, seeds: str) -> None:
+    """Rule aggregate: the experiment's runs (record, metrics.json, train_log.csv) -> its table
+    (mean ± std per cell) and its per-seed values (the Claims section's input)."""
+    rows = []
+    for record, path, log in zip(records, metric_files, train_logs):
+        with open(path) as handle:
+            rows.append({**record, "result": json.load(handle), "timing": timing_metrics(log)})
+    if mlrc:  # fold runs -> separated / concatenated records
+        rows = mlrc_records(rows)
+    write_table(aggregate_runs(rows, metrics, last_finite=last_finite), table)
+    write_table(seed_table(rows, metrics, last_finite=last_finite), seeds)
