@@ -7,6 +7,7 @@ import os
 
 from dmlrepro import jobserver
 from dmlrepro.preflight.workflow import RETRIES_ENV, put_on_pythonpath
+from dmlrepro.scheduler_timers import cancel_pending_timers
 
 min_version("8.25")
 
@@ -45,14 +46,19 @@ onstart:
         JOB_SERVER.append(jobserver.start())
 
 
-onsuccess:
+def end_of_workflow():
+    """Stop the job server; cancel Snakemake's pending scheduler timers (dmlrepro.scheduler_timers)."""
     for server in JOB_SERVER:
         jobserver.stop(server)
+    cancel_pending_timers()
+
+
+onsuccess:
+    end_of_workflow()
 
 
 onerror:
-    for server in JOB_SERVER:
-        jobserver.stop(server)
+    end_of_workflow()
 
 
 localrules:
