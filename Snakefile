@@ -7,7 +7,6 @@ import os
 
 from dmlrepro import jobserver
 from dmlrepro.preflight.workflow import RETRIES_ENV, put_on_pythonpath
-from dmlrepro.scheduler_timers import cancel_pending_timers
 
 min_version("8.25")
 
@@ -46,19 +45,12 @@ onstart:
         JOB_SERVER.append(jobserver.start())
 
 
-def end_of_workflow():
-    """Stop the job server; cancel Snakemake's pending scheduler timers (dmlrepro.scheduler_timers)."""
-    for server in JOB_SERVER:
-        jobserver.stop(server)
-    cancel_pending_timers()
-
-
 onsuccess:
-    end_of_workflow()
+    end_of_workflow(JOB_SERVER)
 
 
 onerror:
-    end_of_workflow()
+    end_of_workflow(JOB_SERVER)
 
 
 localrules:

@@ -17,9 +17,11 @@ from dmlrepro.runs import (
 from dmlrepro.tuning.bayes import BEST_JSON, TRIALS_CSV
 from dmlrepro.tuning.final import FinalStage
 from dmlrepro.tuning.searches import method_search_spec, search_runs
+from dmlrepro import jobserver
 from dmlrepro.report.claims import check_claims, load_catalogue
 from dmlrepro.report.sections import check_report
 from dmlrepro.train.run_data import label_noise_path
+from dmlrepro.scheduler_timers import cancel_pending_timers
 from dmlrepro.train.state import RunDir
 
 validate(config, "../schemas/config.schema.yaml")
@@ -268,3 +270,11 @@ def train_resource(name):
         )
 
     return resource
+
+
+def end_of_workflow(servers):
+    """onsuccess/onerror: stop the job servers; cancel Snakemake's pending scheduler timers
+    (dmlrepro.scheduler_timers)."""
+    for server in servers:
+        jobserver.stop(server)
+    cancel_pending_timers()

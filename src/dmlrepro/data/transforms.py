@@ -102,22 +102,26 @@ def build_transform(
     identity_size = _identity_size(train, size, resize, resize_mode, train_resize, train_crop)
     if identity_size is None or corruption is not None:
         return pipeline
-    return SquareFastPath(pipeline, identity_size, hflip if train else 0.0, _normalize_kernel(normalization))
+    return SquareFastPath(pipeline, identity_size, hflip if train else 0.0, _DirectNormalize(normalization))
 
 
-def _normalize_kernel(normalization: Normalization) -> Callable:
+class _DirectNormalize:
     """normalize_transform's operations without v2's dispatch (~150 us per call): the same as
-    v2.ToDtype(scale=True) (``to(float32).mul_(1 / 255)``) and v2.Normalize (``sub(mean).div_(std)``)."""
-    mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32).view(-1, 1, 1)
-    std = torch.tensor(IMAGENET_STD, dtype=torch.float32).view(-1, 1, 1)
+    v2.ToDtype(scale=True) (``to(float32).mul_(1 / 255)``) and v2.Normalize (``sub(mean).div_(std)``).
+    A class, not a closure: DataLoader workers pickle the transform."""
 
-    def imagenet(img):
-        return F.to_dtype_image(img, torch.float32, scale=True).sub_(mean).div_(std)
+    def __init__(self, normalization: Normalization) -> None:
+        if normalization not in ("imagenet", "bninception", "none"):
+            raise ValueError(f"normalization {normalization!r}, expected 'imagenet', 'bninception' or 'none'")
+        self.normalization = normalization
+        self.mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32).view(-1, 1, 1)
+        self.std = torch.tensor(IMAGENET_STD, dtype=torch.float32).view(-1, 1, 1)
 
-    def none(img):
-        return F.to_dtype_image(img, torch.float32, scale=True)
-
-    return {"imagenet": imagenet, "none": none, "bninception": BNInceptionNormalize()}[normalization]
+    def __call__(self, img: torch.Tensor) -> torch.Tensor:
+        if self.normalization == "bninception":
+            return BNInceptionNormalize()(img)
+        x = F.to_dtype_image(img, torch.float32, scale=True)
+        return x.sub_(self.mean).div_(self.std) if self.normalization == "imagenet" else x
 
 
 def _identity_size(train, size, resize, resize_mode, train_resize, train_crop) -> int | None:
