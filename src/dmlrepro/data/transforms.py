@@ -114,12 +114,13 @@ class _DirectNormalize:
         if normalization not in ("imagenet", "bninception", "none"):
             raise ValueError(f"normalization {normalization!r}, expected 'imagenet', 'bninception' or 'none'")
         self.normalization = normalization
+        self.bninception = BNInceptionNormalize()
         self.mean = torch.tensor(IMAGENET_MEAN, dtype=torch.float32).view(-1, 1, 1)
         self.std = torch.tensor(IMAGENET_STD, dtype=torch.float32).view(-1, 1, 1)
 
     def __call__(self, img: torch.Tensor) -> torch.Tensor:
         if self.normalization == "bninception":
-            return BNInceptionNormalize()(img)
+            return self.bninception(img)
         x = F.to_dtype_image(img, torch.float32, scale=True)
         return x.sub_(self.mean).div_(self.std) if self.normalization == "imagenet" else x
 
@@ -135,7 +136,7 @@ def _identity_size(train, size, resize, resize_mode, train_resize, train_crop) -
 class SquareFastPath:
     """``pipeline`` for a uint8 tensor of ``side`` x ``side``, where its resize and crop do nothing:
     the same flip draw (``torch.rand(1) >= p`` keeps, as v2's random transforms) and the same
-    kernels, without v2's per-call dispatch (about 300 -> 20 us per 32 px image; bit-identical,
+    kernels, without v2's per-call dispatch (300 -> 43 us per 32 px training image; bit-identical,
     tests/data/test_transforms.py). Any other input goes through ``pipeline``."""
 
     def __init__(self, pipeline: v2.Compose, side: int, hflip: float, normalize: Callable) -> None:
