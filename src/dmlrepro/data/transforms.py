@@ -99,7 +99,7 @@ def build_transform(
         ops.append(corruption)
     normalize = normalize_transform(normalization)
     pipeline = v2.Compose(ops + [normalize])
-    identity_size = _identity_size(train, size, resize, resize_mode, train_resize, train_crop)
+    identity_size = _identity_size(train, size, resize, train_resize, train_crop)
     if identity_size is None or corruption is not None:
         return pipeline
     return SquareFastPath(pipeline, identity_size, hflip if train else 0.0, _DirectNormalize(normalization))
@@ -125,8 +125,9 @@ class _DirectNormalize:
         return x.sub_(self.mean).div_(self.std) if self.normalization == "imagenet" else x
 
 
-def _identity_size(train, size, resize, resize_mode, train_resize, train_crop) -> int | None:
-    """The square side at which the pipeline's resize and crop are identities, or None (rrc)."""
+def _identity_size(train, size, resize, train_resize, train_crop) -> int | None:
+    """The square side at which the pipeline's resize and crop are identities, or None (rrc); either
+    resize mode leaves a square image of that side as it is."""
     if train and train_crop == "rrc":
         return None
     side = (train_resize if train else None) or (default_resize(size) if resize is None else resize)
