@@ -182,3 +182,50 @@ def test_fast_path_only_where_resize_and_crop_are_identities():
     a = t(other)
     torch.manual_seed(0)
     assert a.shape == (3, 32, 32) and torch.equal(a, _full_pipeline(t)(other))
+
+
+def _image_folder(tmp_path, sizes):
+    """A manifest of PNG images of the given sides (natural_like pixels)."""
+    from dmlrepro.data.manifest import write_manifest
+
+    paths = []
+    for k, side in enumerate(sizes):
+        paths.append(f"im{k}.png")
+        Image.fromarray(natural_like(side, side, seed=k).permute(1, 2, 0).numpy()).save(tmp_path / paths[-1])
+    return write_manifest(tmp_path / "manifest.csv", paths, [k % 3 for k in range(len(sizes))], ["train"] * len(sizes))
+
+
+@pytest.mark.parametrize("norm", ["imagenet", "bninception", "none"])
+@pytest.mark.parametrize("train", [True, False])
+def test_batched_fetch_equals_item_by_item(tmp_path, train, norm):
+    """SeededDataset.__getitems__ (the DataLoader's fetch) gives the per-item items bit for bit:
+    each image's flip drawn under its own seed, the same labels and positions."""
+    from dmlrepro.data import ManifestDataset
+    from dmlrepro.train.run_data import SeededDataset
+
+    manifest = _image_folder(tmp_path, [32] * 24)
+    t = build_transform(train, 32, resize=32, train_crop="random", normalization=norm, hflip=0.5)
+    ds = SeededDataset(ManifestDataset(manifest, transform=t, cache_images=True))
+    keys = [(i, 1000 + 7 * i if train else None) for i in [3, 0, 17, 3, 9, 23, 5, 11, 2, 20, 14, 8]]
+    state = torch.get_rng_state()
+    batched = ds.__getitems__(keys)
+    assert torch.equal(torch.get_rng_state(), state)  # torch's generator untouched, as item by item
+    single = [ds[key] for key in keys]
+    assert [b[1:] for b in batched] == [s[1:] for s in single]
+    assert torch.equal(torch.stack([b[0] for b in batched]), torch.stack([s[0] for s in single]))
+    if train:  # the batch mixes flipped and unflipped images
+        plain = build_transform(False, 32, resize=32, normalization=norm)
+        flipped = [not torch.equal(b[0], plain(ds.ds._image(i))) for b, (i, _) in zip(batched, keys)]
+        assert 0 < sum(flipped) < len(flipped)
+
+
+def test_batched_fetch_falls_back_where_the_fast_path_does_not_apply(tmp_path):
+    from dmlrepro.data import ManifestDataset
+
+    manifest = _image_folder(tmp_path, [32, 40, 32])
+    t = build_transform(True, 32, resize=32, train_crop="random")
+    assert ManifestDataset(manifest, transform=t, cache_images=True).seeded_batch([(0, 1), (1, 2)]) is None  # a 40 px image
+    assert ManifestDataset(manifest, transform=t).seeded_batch([(0, 1), (2, 2)]) is None  # no cache
+    rrc = build_transform(True, 32, resize=32, train_crop="rrc")
+    assert ManifestDataset(manifest, transform=rrc, cache_images=True).seeded_batch([(0, 1), (2, 2)]) is None
+    assert t.transform_batch([natural_like(32, 32)], [None]) is None  # a flip without a seed

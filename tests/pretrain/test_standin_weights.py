@@ -68,3 +68,31 @@ def test_standin_is_refused_for_another_backbone(cached):
 
     with pytest.raises(StandinError, match="does not fit"):
         load_standin(build_model(backbone="resnetv2_20"), RECIPE, folder)
+
+
+NARROW = {"widths": [8, 16, 16], "strides": [2, 2, 2]}
+
+
+def test_recipe_backbone_kwargs_build_the_trunk_the_run_loads(tmp_path):
+    """The recipe's backbone_kwargs shape the pretrained trunk; a run with the same kwargs loads it."""
+    recipe = {**RECIPE, "backbone_kwargs": NARROW}
+    pretrain(recipe, weights_file(tmp_path, recipe), log=lambda *_: None)
+    saved = torch.load(weights_file(tmp_path, recipe), weights_only=True)["trunk"]
+    assert saved["features.0.weight"].shape[0] == 8 and recipe_hash(recipe) != recipe_hash(RECIPE)
+    cfg = resolve_run_config({"model": {"backbone": "tiny_cnn", "backbone_kwargs": NARROW, "pretrained": "standin",
+                                        "standin": recipe, "weights_cache_dir": str(tmp_path)}})
+    model = build_run_model(cfg)
+    for key, value in saved.items():
+        assert torch.equal(model.backbone.state_dict()[key], value), key
+
+
+def test_backbone_kwargs_other_than_the_recipes_are_refused(tmp_path):
+    from dmlrepro.models import build_model
+    from dmlrepro.train.config_checks import ConfigError
+
+    recipe = {**RECIPE, "backbone_kwargs": NARROW}
+    with pytest.raises(ConfigError, match="model.standin.backbone_kwargs"):
+        resolve_run_config({"model": {"backbone": "tiny_cnn", "pretrained": "standin", "standin": recipe}})
+    pretrain(recipe, weights_file(tmp_path, recipe), log=lambda *_: None)
+    with pytest.raises(StandinError, match="backbone_kwargs"):
+        load_standin(build_model(backbone="tiny_cnn"), recipe, tmp_path)

@@ -99,12 +99,31 @@ class ManifestDataset(Dataset):
         return len(self.paths)
 
     def __getitem__(self, i: int):
-        if self._cache is None:
-            img = load_image(os.path.join(self.root, self.paths[i]))
-        else:
-            if i not in self._cache:
-                self._cache[i] = load_image(os.path.join(self.root, self.paths[i]))
-            img = self._cache[i].clone()
+        img = self._image(i)
+        if self._cache is not None:
+            img = img.clone()
         if self.transform is not None:
             img = self.transform(img)
         return img, int(self.labels[i]), int(i)
+
+    def _image(self, i: int) -> torch.Tensor:
+        """The decoded image at position i (the cache's own tensor when caching)."""
+        if self._cache is None:
+            return load_image(os.path.join(self.root, self.paths[i]))
+        if i not in self._cache:
+            self._cache[i] = load_image(os.path.join(self.root, self.paths[i]))
+        return self._cache[i]
+
+    def seeded_batch(self, keys: Sequence[tuple[int, int | None]]) -> list | None:
+        """``[self[i] for i, seed in keys]``, each transformed under its seed as
+        ``SeededDataset`` seeds it, in one batched transform where the transform has one (a
+        ``SquareFastPath``) and the images are cached at its side; None otherwise."""
+        batched = getattr(self.transform, "transform_batch", None)
+        if batched is None or self._cache is None:
+            return None
+        positions = [int(i) for i, _ in keys]
+        images = [self._image(i) for i in positions]
+        out = batched(images, [seed for _, seed in keys])
+        if out is None:
+            return None
+        return [(out[k], int(self.labels[i]), i) for k, i in enumerate(positions)]

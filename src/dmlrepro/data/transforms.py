@@ -152,5 +152,22 @@ class SquareFastPath:
             img = img.flip(-1)
         return self.normalize(img)
 
+    def transform_batch(self, images: Sequence[torch.Tensor], seeds: Sequence[int | None]) -> torch.Tensor | None:
+        """``torch.stack([self(img) for img in images])`` with torch's generator seeded by
+        ``seeds[k]`` for image k (as ``SeededDataset`` does; a None seed: no draw may happen, so
+        only without flips), in one batch; None where an image is not a uint8 square of ``side``."""
+        if not all(isinstance(img, torch.Tensor) and img.dtype == torch.uint8 and img.ndim == 3
+                   and img.shape[-2:] == (self.side, self.side) for img in images):
+            return None
+        if self.hflip > 0 and any(seed is None for seed in seeds):
+            return None
+        batch = torch.stack([img.as_subclass(torch.Tensor) for img in images])
+        if self.hflip > 0:
+            gen = torch.Generator()
+            keep = torch.tensor([bool(torch.rand(1, generator=gen.manual_seed(int(seed))) >= self.hflip)
+                                 for seed in seeds])
+            batch[~keep] = batch[~keep].flip(-1)
+        return self.normalize(batch)
+
     def __repr__(self) -> str:
         return f"SquareFastPath(side={self.side}, {self.pipeline!r})"

@@ -231,7 +231,8 @@ def _load_weights(model: EmbeddingModel, merged: Mapping[str, Any], spec) -> Non
     docs/miniature.md) or a registered weight file from the cache; nothing when false."""
     pretrained, cache = merged.get("pretrained", False), merged.get("weights_cache_dir")
     if pretrained == "standin":
-        load_standin(model, merged.get("standin"), cache if cache else default_cache_dir())
+        load_standin(model, merged.get("standin"), cache if cache else default_cache_dir(),
+                     merged.get("backbone_kwargs"))
         model.input_config["weights"] = "standin"
     elif pretrained:
         name = model.backbone_name

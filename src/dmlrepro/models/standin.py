@@ -40,6 +40,7 @@ __all__ = ["RECIPE_DEFAULTS", "resolve_recipe", "recipe_hash", "weights_file", "
 #: classification with Adam and a cosine schedule, random crops (zero padding) and flips.
 RECIPE_DEFAULTS: dict[str, Any] = {
     "backbone": "tiny_cnn",
+    "backbone_kwargs": {},
     "classes": {"seed": 1, "num_classes": 256, "images_per_class": 32, "size": 32, "modes": 2, "family_size": 4},
     "epochs": 24,
     "batch_size": 128,
@@ -69,6 +70,9 @@ def resolve_recipe(recipe: Mapping[str, Any] | None = None) -> dict[str, Any]:
             out["classes"].update(value or {})
         else:
             out[key] = value
+    if not isinstance(out["backbone_kwargs"], Mapping):
+        raise StandinError(f"model.standin.backbone_kwargs = {out['backbone_kwargs']!r}: expected a mapping")
+    out["backbone_kwargs"] = dict(out["backbone_kwargs"])
     for key in ("epochs", "batch_size", "seed", "pad"):
         if isinstance(out[key], bool) or not isinstance(out[key], int) or out[key] < (0 if key in ("seed", "pad") else 1):
             raise StandinError(f"model.standin.{key} = {out[key]!r}: expected an integer >= {0 if key in ('seed', 'pad') else 1}")
@@ -120,7 +124,7 @@ def pretrain(recipe: Mapping[str, Any] | None, out: str | os.PathLike, log=print
     torch.manual_seed(r["seed"])
     gen = torch.Generator().manual_seed(r["seed"])
     images, labels = _images(r)
-    trunk = create_backbone(r["backbone"])
+    trunk = create_backbone(r["backbone"], **r["backbone_kwargs"])
     input_config = get_backbone_spec(r["backbone"]).input_config
     classifier = nn.Linear(int(trunk.num_features), r["classes"]["num_classes"])
     params = list(trunk.parameters()) + list(classifier.parameters())
@@ -149,9 +153,11 @@ def pretrain(recipe: Mapping[str, Any] | None, out: str | os.PathLike, log=print
 
 
 # -- loading -----------------------------------------------------------------------------------
-def load_standin(model: nn.Module, recipe: Mapping[str, Any] | None, folder: str | os.PathLike) -> Path:
-    """Load the stand-in trunk of ``recipe`` from ``folder`` into ``model.backbone``; the file must
-    hold the same recipe (and hash) it is named after."""
+def load_standin(model: nn.Module, recipe: Mapping[str, Any] | None, folder: str | os.PathLike,
+                 backbone_kwargs: Mapping[str, Any] | None = None) -> Path:
+    """Load the stand-in trunk of ``recipe`` from ``folder`` into ``model.backbone``, built with
+    ``backbone_kwargs`` (the run's, which must be the recipe's); the file must hold the same recipe
+    (and hash) it is named after."""
     path = weights_file(folder, recipe)
     if not path.is_file():
         raise StandinError(f"stand-in weights {path} not found: the workflow's rule pretrain_standin builds them "
@@ -162,6 +168,9 @@ def load_standin(model: nn.Module, recipe: Mapping[str, Any] | None, folder: str
     if resolve_recipe(recipe)["backbone"] != getattr(model, "backbone_name", None):
         raise StandinError(f"stand-in trunk {resolve_recipe(recipe)['backbone']!r} does not fit backbone "
                            f"{getattr(model, 'backbone_name', None)!r}")
+    if dict(backbone_kwargs or {}) != resolve_recipe(recipe)["backbone_kwargs"]:
+        raise StandinError(f"stand-in trunk built with backbone_kwargs {resolve_recipe(recipe)['backbone_kwargs']}; "
+                           f"the run's model.backbone_kwargs are {dict(backbone_kwargs or {})}: set them equal")
     model.backbone.load_state_dict(state["trunk"])
     return path
 

@@ -146,6 +146,9 @@ def _resolve_standin(cfg: dict) -> None:
     if model["standin"]["backbone"] != model["backbone"]:
         raise config_error("model.standin.backbone", model["standin"]["backbone"],
                            f"the run's backbone {model['backbone']!r}")
+    if model["standin"]["backbone_kwargs"] != dict(model["backbone_kwargs"] or {}):
+        raise config_error("model.standin.backbone_kwargs", model["standin"]["backbone_kwargs"],
+                           f"the run's model.backbone_kwargs {dict(model['backbone_kwargs'] or {})}")
 
 
 def _fill_loss_hparams(cfg: dict) -> None:

@@ -236,6 +236,13 @@ class SeededDataset(Dataset):
         finally:
             gen.set_state(saved)
 
+    def __getitems__(self, keys):
+        """A batch at once (the DataLoader's fetcher calls this): the dataset's ``seeded_batch``
+        where it has one (the same items, bit for bit: tests/data/test_transforms.py), else item by item."""
+        batched = getattr(self.ds, "seeded_batch", None)
+        items = batched(keys) if batched is not None else None
+        return items if items is not None else [self[key] for key in keys]
+
 
 def worker_init(_worker_id: int) -> None:
     """DataLoader workers ignore the preemption signals; the main process handles them."""
