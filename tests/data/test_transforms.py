@@ -229,3 +229,35 @@ def test_batched_fetch_falls_back_where_the_fast_path_does_not_apply(tmp_path):
     rrc = build_transform(True, 32, resize=32, train_crop="rrc")
     assert ManifestDataset(manifest, transform=rrc, cache_images=True).seeded_batch([(0, 1), (2, 2)]) is None
     assert t.transform_batch([natural_like(32, 32)], [None]) is None  # a flip without a seed
+
+
+@pytest.mark.parametrize("name", ["gaussian", "cutout", "jigsaw", "hue_saturation", "defocus_blur"])
+def test_fast_path_with_a_corruption_equals_the_v2_pipeline(tmp_path, name):
+    """RSW Table IV's corrupted test images at the output size: the fast path (item by item and
+    batched) gives the v2 pipeline's tensors bit for bit."""
+    from dmlrepro.data import ManifestDataset
+    from dmlrepro.train.run_data import SeededDataset
+
+    t = build_transform(False, 32, resize=32, corruption=build_corruption(name, severity=3))
+    assert type(t).__name__ == "SquareFastPath"
+    ds = SeededDataset(ManifestDataset(_image_folder(tmp_path, [32] * 12), transform=t, cache_images=True))
+    keys = [(i, None) for i in (4, 0, 11, 4, 7)]
+    reference = torch.stack([_full_pipeline(t)(ds.ds._image(i).clone()) for i, _ in keys])
+    assert torch.equal(torch.stack([ds[key][0] for key in keys]), reference)
+    assert torch.equal(torch.stack([item[0] for item in ds.__getitems__(keys)]), reference)
+    assert not torch.equal(reference, torch.stack([build_transform(False, 32, resize=32)(ds.ds._image(i)) for i, _ in keys]))
+
+
+def test_with_transform_shares_the_decoded_images(tmp_path, monkeypatch):
+    from dmlrepro.data import ManifestDataset, dataset
+
+    decoded = []
+    load = dataset.load_image
+    monkeypatch.setattr(dataset, "load_image", lambda path: decoded.append(path) or load(path))
+    first = ManifestDataset(_image_folder(tmp_path, [32] * 6), transform=build_transform(False, 32, resize=32),
+                            cache_images=True)
+    [first[i] for i in range(6)]
+    other = first.with_transform(build_transform(False, 32, resize=32, corruption=build_corruption("gaussian", severity=3)))
+    items = [other[i] for i in range(6)]
+    assert len(decoded) == 6 and first.transform is not other.transform
+    assert [item[1:] for item in items] == [first[i][1:] for i in range(6)]

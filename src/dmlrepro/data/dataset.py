@@ -9,6 +9,7 @@ labels and the transform are stored, so the object pickles cheaply into DataLoad
 
 from __future__ import annotations
 
+import copy
 import os
 import warnings
 from typing import Callable, Sequence
@@ -105,6 +106,13 @@ class ManifestDataset(Dataset):
         if self.transform is not None:
             img = self.transform(img)
         return img, int(self.labels[i]), int(i)
+
+    def with_transform(self, transform: Callable | None) -> ManifestDataset:
+        """The same rows and labels under another transform, sharing this dataset's decoded images
+        (its cache, when caching)."""
+        other = copy.copy(self)
+        other.transform = transform
+        return other
 
     def _image(self, i: int) -> torch.Tensor:
         """The decoded image at position i (the cache's own tensor when caching)."""

@@ -100,9 +100,9 @@ def build_transform(
     normalize = normalize_transform(normalization)
     pipeline = v2.Compose(ops + [normalize])
     identity_size = _identity_size(train, size, resize, train_resize, train_crop)
-    if identity_size is None or corruption is not None:
+    if identity_size is None:
         return pipeline
-    return SquareFastPath(pipeline, identity_size, hflip if train else 0.0, _DirectNormalize(normalization))
+    return SquareFastPath(pipeline, identity_size, hflip if train else 0.0, _DirectNormalize(normalization), corruption)
 
 
 class _DirectNormalize:
@@ -136,12 +136,15 @@ def _identity_size(train, size, resize, train_resize, train_crop) -> int | None:
 
 class SquareFastPath:
     """``pipeline`` for a uint8 tensor of ``side`` x ``side``, where its resize and crop do nothing:
-    the same flip draw (``torch.rand(1) >= p`` keeps, as v2's random transforms) and the same
-    kernels, without v2's per-call dispatch (300 -> 43 us per 32 px training image; bit-identical,
-    tests/data/test_transforms.py). Any other input goes through ``pipeline``."""
+    the same flip draw (``torch.rand(1) >= p`` keeps, as v2's random transforms), the same
+    corruption (RSW Table IV) and the same kernels, without v2's per-call dispatch (300 -> 43 us
+    per 32 px training image; bit-identical, tests/data/test_transforms.py). Any other input goes
+    through ``pipeline``."""
 
-    def __init__(self, pipeline: v2.Compose, side: int, hflip: float, normalize: Callable) -> None:
+    def __init__(self, pipeline: v2.Compose, side: int, hflip: float, normalize: Callable,
+                 corruption: Callable | None = None) -> None:
         self.pipeline, self.side, self.hflip, self.normalize = pipeline, side, hflip, normalize
+        self.corruption = corruption
 
     def __call__(self, img):
         if not (isinstance(img, torch.Tensor) and img.dtype == torch.uint8 and img.ndim == 3
@@ -150,6 +153,8 @@ class SquareFastPath:
         img = img.as_subclass(torch.Tensor)
         if self.hflip > 0 and not bool(torch.rand(1) >= self.hflip):
             img = img.flip(-1)
+        if self.corruption is not None:
+            img = self.corruption(img)
         return self.normalize(img)
 
     def transform_batch(self, images: Sequence[torch.Tensor], seeds: Sequence[int | None]) -> torch.Tensor | None:
@@ -167,6 +172,8 @@ class SquareFastPath:
             keep = torch.tensor([bool(torch.rand(1, generator=gen.manual_seed(int(seed))) >= self.hflip)
                                  for seed in seeds])
             batch[~keep] = batch[~keep].flip(-1)
+        if self.corruption is not None:  # image by image: each draws from its own bytes' RNG
+            batch = torch.stack([self.corruption(img) for img in batch])
         return self.normalize(batch)
 
     def __repr__(self) -> str:

@@ -164,10 +164,14 @@ def build_train_eval(dataset_cfg: dict[str, Any], manifest, model, rows=None):
                            cache_images=dataset_cfg.get("cache_images", False))
 
 
-def build_test_corrupted(dataset_cfg: dict[str, Any], manifest, model, corruption):
-    """The test split with the eval transform followed by `corruption` (RSW Table IV)."""
-    return ManifestDataset(manifest, split=dataset_cfg["test_split"],
-                           transform=build_transforms(dataset_cfg, model, corruption)[1])
+def build_test_corrupted(dataset_cfg: dict[str, Any], manifest, model, corruption, decoded=None):
+    """The test split with the eval transform followed by `corruption` (RSW Table IV); given
+    `decoded` (one built here before), its decoded images (with `dataset.cache_images`) serve this one."""
+    transform = build_transforms(dataset_cfg, model, corruption)[1]
+    if decoded is not None:
+        return decoded.with_transform(transform)
+    return ManifestDataset(manifest, split=dataset_cfg["test_split"], transform=transform,
+                           cache_images=dataset_cfg.get("cache_images", False))
 
 
 def build_batch_sampler(dataset_cfg: dict[str, Any], train_ds, seed: int):

@@ -118,9 +118,10 @@ def corruption_metrics(model, cfg: dict[str, Any], manifest, *, device: torch.de
     every batch (:class:`~dmlrepro.train.embedder.EmbeddingInterrupted`)."""
     out: dict[str, float | None] = {}
     names = [f"recall@{k}" for k in cfg["eval"]["ks"]] + ["precision@1", "r_precision", "map@r"]
+    ds = None  # each corruption's test set reuses the first one's decoded images
     for item in cfg["eval"]["corruptions"]:
         corruption = build_corruption(item["name"], severity=item["severity"], seed=CORRUPTION_SEED)
-        ds = build_test_corrupted(cfg["dataset"], manifest, model, corruption)
+        ds = build_test_corrupted(cfg["dataset"], manifest, model, corruption, ds)
         emb, labels, _ = compute_embeddings(model, ds, batch_size=cfg["dataset"]["eval_batch_size"], device=device,
                                             num_workers=cfg["num_workers"], amp_dtype=amp_dtype, progress=progress,
                                             desc=f"eval test, {corruption_suffix(item)}", on_device=True, stop=stop)
