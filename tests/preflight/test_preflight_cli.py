@@ -110,15 +110,33 @@ def test_missing_weights_warn_once_and_random_init(tmp_path, monkeypatch, capsys
     assert "stand-in images (32×32 JPEG; cub200 is not prepared under data)" in captured.out
 
 
-# one core builds and steps all of paper.yaml's shapes: 274 s in CI on one 2-core machine, 831 s
-# alone on a slower one (2026-11-27), over the default 900 s there once the machine was shared
+def test_workers_measure_every_shape_in_order(tmp_path, monkeypatch, capsys):
+    """--workers 2: the same shapes, runs and statuses in the same order as one worker, and a failing
+    shape fails alone."""
+    config = yaml.safe_load(TINY)
+    # a shape that only the step finds broken: an XBM memory smaller than a batch
+    config["methods"]["small_memory"] = {"loss": {"name": "xbm_c2", "hparams": {"memory_size": 4}}}
+    config["experiments"]["table"]["methods"].append("small_memory")
+    docs = []
+    for n in (1, 2):
+        (tmp_path / str(n)).mkdir()
+        docs.append(preflight(tmp_path / str(n), monkeypatch, config, "--workers", str(n))[1])
+    capsys.readouterr()
+    one, two = ([(e["name"], sorted(e["runs"]), e["status"]) for e in doc["configs"]] for doc in docs)
+    assert one == two and len(one) == 3 and [status for _, _, status in one].count("failed") == 1
+    assert all(e["step_seconds"] > 0 for e in docs[1]["configs"] if e["status"] == "ok")
+
+
+# all of paper.yaml's shapes, two at a time (--workers 2): one at a time they took 274 s in CI on one
+# 2-core machine and 852 s on a slower one (2026-11-27)
 @pytest.mark.timeout(2400)
 def test_paper_config_every_shape_steps(tmp_path):
     """The issue's check: every shape of config/paper.yaml built and stepped on 2 CPU cores."""
     out = tmp_path / "paper.json"
     done = subprocess.run([sys.executable, "-m", "dmlrepro.cli", "preflight", "--configfile", "config/paper.yaml",
                            "--device", "cpu", "--steps", "1", "--batch-size", "4", "--shape-timeout", "600",
-                           "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=3600)
+                           "--workers", "2", "--json", str(out)], cwd=REPO, capture_output=True, text=True,
+                          timeout=3600)
     doc = json.loads(out.read_text())
     failed = {e["name"]: e["error"] for e in doc["configs"] if e["status"] != "ok"}
     # every shape steps, PFML 64-d on SOP included: at initialisation all of its 2.6e8 proxy pairs lie within

@@ -13,8 +13,10 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import queue
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +61,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-root", help="where prepared datasets are (default: the config's data_root)")
     p.add_argument("--shape-timeout", type=float, default=DEFAULT_SHAPE_TIMEOUT, metavar="SECONDS",
                    help=f"a shape not measured within this time fails (default: {DEFAULT_SHAPE_TIMEOUT})")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="measure N shapes at a time, each in its own process (a quick check on a CPU node with N "
+                        "cores; the shapes then share the node, so their times and hours are upper bounds; default: 1)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.steps < 1 or (args.batch_size is not None and args.batch_size < 1):
-        print("dmlrepro preflight: --steps and --batch-size must be at least 1", file=sys.stderr)
+    if args.steps < 1 or args.workers < 1 or (args.batch_size is not None and args.batch_size < 1):
+        print("dmlrepro preflight: --steps, --workers and --batch-size must be at least 1", file=sys.stderr)
         return 2
     try:
         config = yaml.safe_load(Path(args.configfile).read_text())
@@ -77,13 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     return preflight(config, args.configfile, shapes=(shapes, unresolved, members), device=_device(args.device),
                      steps=args.steps, batch_size=args.batch_size, retries=retries,
                      data_root=args.data_root or config.get("data_root", "data"), json_path=args.json,
-                     table_path=args.table, shape_timeout=args.shape_timeout)
+                     table_path=args.table, shape_timeout=args.shape_timeout, workers=args.workers)
 
 
 def preflight(config: dict[str, Any], label: str, *, shapes=None, device: str = "auto", steps: int = 3,
               batch_size: int | None = None, retries: int | None = None, data_root: str | None = None,
               json_path: str | None = None, table_path: str | None = None,
-              shape_timeout: float = DEFAULT_SHAPE_TIMEOUT) -> int:
+              shape_timeout: float = DEFAULT_SHAPE_TIMEOUT, workers: int = 1) -> int:
     """Measure and project ``config`` (``label`` names it in the table), print the table, write
     the JSON and the table where asked; the exit status (0 ok, 1 problems)."""
     shapes, unresolved, members = shapes or group_runs(config)
@@ -91,7 +96,7 @@ def preflight(config: dict[str, Any], label: str, *, shapes=None, device: str = 
         result = run_preflight(config, shapes, unresolved, members, device=_device(device), steps=steps,
                                batch_size=batch_size, retries=retries or 0,
                                data_root=data_root or config.get("data_root", "data"), scratch=Path(scratch),
-                               shape_timeout=shape_timeout)
+                               shape_timeout=shape_timeout, workers=workers)
     text = format_table(result, label, retries)
     print(text, flush=True)
     for path, content in ((table_path, text + "\n"), (json_path, json.dumps(result["json"], indent=2) + "\n")):
@@ -111,16 +116,15 @@ def _device(name: str) -> str:
 
 def run_preflight(config: dict[str, Any], shapes: list[Shape], unresolved, members: dict[str, list[str]], *,
                   device: str, steps: int, batch_size: int | None, retries: int, data_root: str,
-                  scratch: Path, shape_timeout: float = DEFAULT_SHAPE_TIMEOUT) -> dict[str, Any]:
-    """Measure every shape, project every run; returns the JSON document, the table's rows and
-    the problems (failed shapes, over-budget runs)."""
+                  scratch: Path, shape_timeout: float = DEFAULT_SHAPE_TIMEOUT, workers: int = 1) -> dict[str, Any]:
+    """Measure every shape (``workers`` at a time), project every run; returns the JSON document,
+    the table's rows and the problems (failed shapes, over-budget runs)."""
     warned: set[str] = set()
     rows, costs, problems, notes = [], [], [], {}
-    # on a CPU node the shapes share the machine's memory: at most 80 % of what is available now
-    available = available_memory_bytes() if device == "cpu" else None
-    worker = ShapeWorker(shape_timeout, int(available * 0.8) if available else None)
-    for shape in tqdm(shapes, desc="preflight", unit="shape", file=sys.stderr, dynamic_ncols=True):
-        measurement, note = _measure(worker, shape, device, steps, batch_size, data_root, scratch, warned)
+    # the run configs (and stand-in images) one after the other, then the measurements in parallel
+    prepared = [_prepare(shape, device, batch_size, data_root, scratch, warned) for shape in shapes]
+    measured = _measure_all(prepared, steps, device, workers, shape_timeout)
+    for shape, measurement, (_, _, note) in zip(shapes, measured, prepared):
         if note:
             notes.setdefault(note, []).append(shape.name)
         if shape.finals:
@@ -131,7 +135,6 @@ def run_preflight(config: dict[str, Any], shapes: list[Shape], unresolved, membe
             problems.append(f"shape {shape.name} failed: {measurement.error}")
             continue
         costs.extend(_project(config, shape, measurement, data_root, scratch, retries, device))
-    worker.close()
     for bad in unresolved:
         problems.append(f"experiment {bad.name} does not resolve: {bad.error}")
     over = [cost for cost in costs if cost.over_budget]
@@ -151,8 +154,9 @@ def run_preflight(config: dict[str, Any], shapes: list[Shape], unresolved, membe
     return {"json": doc, "rows": rows, "costs": costs, "problems": problems, "notes": notes}
 
 
-def _measure(worker: ShapeWorker, shape: Shape, device: str, steps: int, batch_size: int | None, data_root: str, scratch: Path,
-             warned: set[str]) -> tuple[Measurement, str | None]:
+def _prepare(shape: Shape, device: str, batch_size: int | None, data_root: str, scratch: Path,
+             warned: set[str]) -> tuple[dict[str, Any] | Measurement, str | None, str | None]:
+    """(the run config to measure, or the failure; the weights file missing, if any; the data note)."""
     cfg = shape.config
     try:
         source = data_source(cfg["dataset"], data_root, scratch)
@@ -163,7 +167,40 @@ def _measure(worker: ShapeWorker, shape: Shape, device: str, steps: int, batch_s
         run_cfg = preflight_config(cfg, device=device, source=source, batch_size=batch_size,
                                    random_init=weights is not None)
     except (ValueError, KeyError, OSError) as error:
-        return Measurement(status="failed", error=f"{type(error).__name__}: {error}"), None
+        return Measurement(status="failed", error=f"{type(error).__name__}: {error}"), None, None
+    return run_cfg, weights, source.note
+
+
+def _measure_all(prepared: list[tuple], steps: int, device: str, workers: int, shape_timeout: float) -> list[Measurement]:
+    """Each prepared shape's measurement, in order, on ``workers`` shape processes at once; on a CPU
+    node they share at most 80 % of the memory available now."""
+    available = available_memory_bytes() if device == "cpu" else None
+    pool: queue.SimpleQueue[ShapeWorker] = queue.SimpleQueue()
+    shape_workers = [ShapeWorker(shape_timeout, int(available * 0.8 / workers) if available else None)
+                     for _ in range(workers)]
+    for worker in shape_workers:
+        pool.put(worker)
+
+    def measure(item: tuple) -> Measurement:
+        run_cfg, weights, _ = item
+        if isinstance(run_cfg, Measurement):
+            return run_cfg
+        worker = pool.get()
+        try:
+            return _measure(worker, run_cfg, weights, steps, device)
+        finally:
+            pool.put(worker)
+
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as executor:
+            return list(tqdm(executor.map(measure, prepared), total=len(prepared), desc="preflight", unit="shape",
+                             file=sys.stderr, dynamic_ncols=True))
+    finally:
+        for worker in shape_workers:
+            worker.close()
+
+
+def _measure(worker: ShapeWorker, run_cfg: dict[str, Any], weights: str | None, steps: int, device: str) -> Measurement:
     measurement = worker.measure(run_cfg, steps)
     if weights:
         measurement.notes.append(f"random init ({weights} not cached)")
@@ -172,7 +209,7 @@ def _measure(worker: ShapeWorker, shape: Shape, device: str, steps: int, batch_s
         error = measurement.error
         measurement = worker.measure(resolve_run_config(deep_merge(run_cfg, {"amp": {"enabled": False}})), steps)
         measurement.notes.append(f"AMP {run_cfg['amp']['dtype']} failed on the CPU ({error}); measured without it")
-    return measurement, source.note
+    return measurement
 
 
 def _project(config: dict[str, Any], shape: Shape, m: Measurement, data_root: str, scratch: Path,
