@@ -96,3 +96,19 @@ def test_backbone_kwargs_other_than_the_recipes_are_refused(tmp_path):
     pretrain(recipe, weights_file(tmp_path, recipe), log=lambda *_: None)
     with pytest.raises(StandinError, match="backbone_kwargs"):
         load_standin(build_model(backbone="tiny_cnn"), recipe, tmp_path)
+
+
+def test_pretraining_runs_its_own_thread_count_and_restores_the_callers(tmp_path, monkeypatch):
+    """The weights depend on torch's thread count, so pretraining always uses PRETRAIN_THREADS."""
+    from dmlrepro.models import standin
+
+    seen = []
+    train = standin._train_trunk
+    monkeypatch.setattr(standin, "_train_trunk", lambda r, log: seen.append(torch.get_num_threads()) or train(r, log))
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        pretrain(RECIPE, weights_file(tmp_path, RECIPE), log=lambda *_: None)
+        assert seen == [standin.PRETRAIN_THREADS] and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -124,11 +124,13 @@ def test_embedder_stops_on_the_flag(data_root):
 
 
 # -- the shared image cache -------------------------------------------------------------------------
-def test_shared_cache_is_filled_by_workers_and_holds_the_decoded_bytes(data_root):
+def test_shared_cache_is_filled_by_workers_and_holds_the_decoded_bytes(data_root, monkeypatch):
     from dmlrepro.data.dataset import load_image
+    from dmlrepro.train import imagecache
     from dmlrepro.train.run_data import SeededDataset
     from dmlrepro.train.imagecache import share_image_cache
 
+    monkeypatch.setattr(imagecache, "read_decoded", lambda _root: {})  # as without images decoded at preparation
     ds, plain = _digits(data_root, train=True, cache=True), _digits(data_root, train=True)
     cache = share_image_cache([ds], budget_mb=64, say=lambda _m: None)
     assert cache is not None and not int(cache.filled.sum())
@@ -298,6 +300,30 @@ def test_shared_cache_takes_the_sizes_recorded_at_preparation(tmp_path, monkeypa
     assert int(cache.filled.sum()) == len(ds)
     unprepare(tmp_path / "mixed")  # the record goes with its manifest
     assert not (tmp_path / "mixed" / SIZES_NAME).exists()
+
+
+def test_shared_cache_starts_from_the_images_decoded_at_preparation(tmp_path, monkeypatch):
+    """A small dataset's store (dmlrepro.data.decoded): every slot filled at start-up with the decoder's
+    bytes, no image decoded during the run; a stored image whose shape disagrees with its slot is not used."""
+    from dmlrepro.data import dataset
+    from dmlrepro.data.decoded import DECODED_NAME, read_decoded
+    from dmlrepro.data.prepared import unprepare
+    from dmlrepro.train import imagecache
+
+    ds, sizes = _mixed_sizes(tmp_path)
+    plain = [dataset.load_image(os.path.join(ds.root, p)) for p in ds.paths]
+    assert set(read_decoded(ds.root)) == set(ds.paths)
+    monkeypatch.setattr(dataset, "load_image", lambda path: (_ for _ in ()).throw(AssertionError(f"{path} decoded")))
+    cache = imagecache.share_image_cache([ds], budget_mb=64, say=lambda _m: None)
+    assert int(cache.filled.sum()) == len(ds)
+    assert all(torch.equal(ds._image(i), plain[i]) for i in range(len(ds)))
+    stored = read_decoded(ds.root)
+    monkeypatch.setattr(imagecache, "read_decoded", lambda _root: {**stored, ds.paths[0]: stored[ds.paths[0]].reshape(3, 20, 12)})
+    fresh = dataset.ManifestDataset(ds.root, cache_images=True)
+    again = imagecache.share_image_cache([fresh], budget_mb=64, say=lambda _m: None)
+    assert not again.filled[0] and int(again.filled.sum()) == len(ds) - 1
+    unprepare(tmp_path / "mixed")  # the store goes with its manifest
+    assert not (tmp_path / "mixed" / DECODED_NAME).exists()
 
 
 def test_without_recorded_sizes_headers_are_read_until_the_budget_is_spent(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ rule pretrain_standin:
         f"{RESULTS}/logs/pretrain_standin/{{standin}}.log",
     conda:
         "../../envs/dmlrepro-gpu.yaml"
-    threads: 2  # the runs wait on it; two threads shorten the wait, same weights (docs/miniature.md)
+    threads: 2  # pretraining always runs 2 torch threads: the weights depend on it (docs/miniature.md)
     params:
         recipe=lambda wildcards: canonical(STANDIN_RECIPES[wildcards.standin]),
     message:

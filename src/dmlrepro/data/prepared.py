@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..atomic import atomic_write_text, remove_path
+from .decoded import DECODED_NAME, write_decoded
 from .manifest import MANIFEST_NAME, Manifest, ManifestError, check_counts, read_manifest, write_manifest
 
 INFO_NAME = "prepare_info.json"
@@ -46,6 +47,7 @@ def unprepare(ds_dir: Path) -> None:
     remove_path(ds_dir / MANIFEST_NAME)
     remove_path(ds_dir / INFO_NAME)
     remove_path(ds_dir / SIZES_NAME)
+    remove_path(ds_dir / DECODED_NAME)
     if ds_dir.is_dir():
         for child in ds_dir.iterdir():
             if child.name.startswith(".staging-"):
@@ -86,7 +88,9 @@ def finalize(
                     "the extracted archive; the archive is incomplete or a different version. "
                     "Delete it and download it again."
                 )
-        _write_image_sizes(staging / SIZES_NAME, paths, _check_images(ds_dir.name, staging, paths))
+        sizes = _check_images(ds_dir.name, staging, paths)
+        _write_image_sizes(staging / SIZES_NAME, paths, sizes)
+        write_decoded(staging, paths, sizes)
         # Validate by writing the manifest inside the staging folder, then reading it back.
         staged_manifest = write_manifest(staging / MANIFEST_NAME, paths, labels, splits, item_ids)
         manifest = read_manifest(staged_manifest)

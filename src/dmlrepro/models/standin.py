@@ -51,6 +51,9 @@ RECIPE_DEFAULTS: dict[str, Any] = {
     "seed": 0,
 }
 HASH_LENGTH = 12
+#: torch threads of every pretraining, whatever the job's allocation: the weights depend on the
+#: thread count (the default's trunk: 4 of 24 tensors equal on 1 thread vs 2, docs/miniature.md)
+PRETRAIN_THREADS = 2
 
 
 class StandinError(ValueError):
@@ -114,13 +117,26 @@ def _normalise(batch: torch.Tensor, input_config: Mapping[str, Any]) -> torch.Te
     return (batch.float() / 255.0 - mean) / std
 
 
-def pretrain(recipe: Mapping[str, Any] | None, out: str | os.PathLike, log=print, threads: int | None = None) -> dict[str, Any]:
+def pretrain(recipe: Mapping[str, Any] | None, out: str | os.PathLike, log=print) -> dict[str, Any]:
     """Train the recipe's trunk with a linear softmax classifier on its generated classes; write
-    ``{"recipe", "hash", "trunk", "train_accuracy"}`` to ``out`` (a torch file), on ``threads`` torch
-    threads if given (a runtime setting). Returns the summary."""
+    ``{"recipe", "hash", "trunk", "train_accuracy"}`` to ``out`` (a torch file), always on
+    ``PRETRAIN_THREADS`` torch threads (the caller's count restored after). Returns the summary."""
     r = resolve_recipe(recipe)
-    if threads:
-        torch.set_num_threads(threads)
+    before = torch.get_num_threads()
+    torch.set_num_threads(PRETRAIN_THREADS)
+    try:
+        trunk, accuracy = _train_trunk(r, log)
+    finally:
+        torch.set_num_threads(before)
+    summary = {"recipe": r, "hash": recipe_hash(r), "train_accuracy": accuracy}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(out, "wb") as f:
+        torch.save({**summary, "trunk": trunk.state_dict()}, f)
+    return summary
+
+
+def _train_trunk(r: dict[str, Any], log) -> tuple[nn.Module, float]:
+    """The trained trunk and its last epoch's train accuracy (Adam, cosine schedule, crops and flips)."""
     torch.manual_seed(r["seed"])
     gen = torch.Generator().manual_seed(r["seed"])
     images, labels = _images(r)
@@ -145,11 +161,7 @@ def pretrain(recipe: Mapping[str, Any] | None, out: str | os.PathLike, log=print
             sched.step()
             correct += int((logits.argmax(1) == labels[idx]).sum())
         log(f"standin epoch {epoch + 1}/{r['epochs']}: train accuracy {correct / len(labels):.4f}")
-    summary = {"recipe": r, "hash": recipe_hash(r), "train_accuracy": correct / len(labels)}
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    with atomic_open(out, "wb") as f:
-        torch.save({**summary, "trunk": trunk.state_dict()}, f)
-    return summary
+    return trunk, correct / len(labels)
 
 
 # -- loading -----------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from dmlrepro.data.decoded import DECODED_NAME, read_decoded
 from dmlrepro.data.prepared import read_image_sizes
 
 
@@ -75,6 +76,19 @@ class SharedImageCache:
         self.filled[k] = 1  # after the bytes: a reader that sees the flag sees the image
         return True
 
+    def fill_from(self, root: str, paths: list[str]) -> int:
+        """Fill the slots (``paths``: each slot's image) from the images decoded at preparation
+        (``dmlrepro.data.decoded``), if the folder has them; the number of slots filled."""
+        store = read_decoded(root)
+        filled = 0
+        for k, p in enumerate(paths):
+            img = store.get(p)
+            if img is not None and img.shape[1:] == tuple(self.shapes[k]):
+                self.data[self.offsets[k]:self.offsets[k + 1]].copy_(torch.from_numpy(img.reshape(-1)))
+                self.filled[k] = 1
+                filled += 1
+        return filled
+
     def view(self, ds_rows: np.ndarray) -> _CacheView:
         return _CacheView(self, np.asarray(ds_rows, dtype=np.int64))
 
@@ -117,7 +131,9 @@ def share_image_cache(datasets: list[Any], budget_mb: float, say=print) -> Share
     need_mb = cache.nbytes / 2**20
     for ds in cached:
         ds._cache = cache.view(ds.rows)
-    say(f"image cache: {len(rows)} images, {need_mb:.1f} MiB shared by the loader workers")
+    stored = cache.fill_from(cached[0].root, [paths[int(r)] for r in rows])
+    say(f"image cache: {len(rows)} images, {need_mb:.1f} MiB shared by the loader workers"
+        + (f", {stored} read from {DECODED_NAME}" if stored else ""))
     return cache
 
 
