@@ -146,9 +146,13 @@ class SquareFastPath:
         self.pipeline, self.side, self.hflip, self.normalize = pipeline, side, hflip, normalize
         self.corruption = corruption
 
+    def _fits(self, img) -> bool:
+        """A uint8 (C, side, side) tensor: the input the fast path takes."""
+        return (isinstance(img, torch.Tensor) and img.dtype == torch.uint8 and img.ndim == 3
+                and img.shape[-2:] == (self.side, self.side))
+
     def __call__(self, img):
-        if not (isinstance(img, torch.Tensor) and img.dtype == torch.uint8 and img.ndim == 3
-                and img.shape[-2:] == (self.side, self.side)):
+        if not self._fits(img):
             return self.pipeline(img)
         img = img.as_subclass(torch.Tensor)
         if self.hflip > 0 and not bool(torch.rand(1) >= self.hflip):
@@ -161,8 +165,7 @@ class SquareFastPath:
         """``torch.stack([self(img) for img in images])`` with torch's generator seeded by
         ``seeds[k]`` for image k (as ``SeededDataset`` does; a None seed: no draw may happen, so
         only without flips), in one batch; None where an image is not a uint8 square of ``side``."""
-        if not all(isinstance(img, torch.Tensor) and img.dtype == torch.uint8 and img.ndim == 3
-                   and img.shape[-2:] == (self.side, self.side) for img in images):
+        if not all(self._fits(img) for img in images):
             return None
         if self.hflip > 0 and any(seed is None for seed in seeds):
             return None

@@ -175,13 +175,14 @@ def load_standin(model: nn.Module, recipe: Mapping[str, Any] | None, folder: str
         raise StandinError(f"stand-in weights {path} not found: the workflow's rule pretrain_standin builds them "
                            f"(or `python -m dmlrepro.models.standin RECIPE.yaml {Path(folder)}`)")
     state = torch.load(path, map_location="cpu", weights_only=True)
-    if state.get("hash") != recipe_hash(recipe) or state.get("recipe") != resolve_recipe(recipe):
-        raise StandinError(f"{path}: trained from recipe {state.get('recipe')}, not {resolve_recipe(recipe)}")
-    if resolve_recipe(recipe)["backbone"] != getattr(model, "backbone_name", None):
-        raise StandinError(f"stand-in trunk {resolve_recipe(recipe)['backbone']!r} does not fit backbone "
+    resolved = resolve_recipe(recipe)
+    if state.get("hash") != recipe_hash(resolved) or state.get("recipe") != resolved:
+        raise StandinError(f"{path}: trained from recipe {state.get('recipe')}, not {resolved}")
+    if resolved["backbone"] != getattr(model, "backbone_name", None):
+        raise StandinError(f"stand-in trunk {resolved['backbone']!r} does not fit backbone "
                            f"{getattr(model, 'backbone_name', None)!r}")
-    if dict(backbone_kwargs or {}) != resolve_recipe(recipe)["backbone_kwargs"]:
-        raise StandinError(f"stand-in trunk built with backbone_kwargs {resolve_recipe(recipe)['backbone_kwargs']}; "
+    if dict(backbone_kwargs or {}) != resolved["backbone_kwargs"]:
+        raise StandinError(f"stand-in trunk built with backbone_kwargs {resolved['backbone_kwargs']}; "
                            f"the run's model.backbone_kwargs are {dict(backbone_kwargs or {})}: set them equal")
     model.backbone.load_state_dict(state["trunk"])
     return path
