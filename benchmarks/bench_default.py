@@ -106,7 +106,8 @@ def run(workdir: Path, cores: int, extra: list[str]) -> dict:
     (workdir / "hook" / "sitecustomize.py").write_text(HOOK)
     log = workdir / "rusage.jsonl"
     env = {**os.environ, "BENCH_DEFAULT_LOG": str(log),
-           "PYTHONPATH": os.pathsep.join([str(workdir / "hook"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+           "PYTHONPATH": os.pathsep.join([str(workdir / "hook"), str(workdir / "tree" / "src"),  # the copy's code
+                                          *filter(None, [os.environ.get("PYTHONPATH")])])}
     snakemake = Path(sys.executable).with_name("snakemake")
     start = time.time()
     with open(workdir / "snakemake.log", "w") as out:

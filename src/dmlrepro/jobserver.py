@@ -8,9 +8,11 @@ the script's working directory, environment and standard streams (passed as file
 exits with the child's status. Forking copies the imported interpreter, nothing else: each run still
 seeds and sets its threads itself, so results are bit-identical to an in-process run (tested).
 
-* ``run_job(target, *args, log=..., **kwargs)``: what a script calls; runs ``target`` in a server
-  child when ``JOBSERVER_ENV`` names a live server, else in this process. Either way stdout/stderr go
-  to ``log`` (with the traceback of a failure) and the job's exit status is the function's.
+* ``run_job(target, *args, log=..., threads=..., **kwargs)``: what a script calls; runs ``target`` in
+  a server child when ``JOBSERVER_ENV`` names a live server, else in this process. Either way
+  stdout/stderr go to ``log`` (with the traceback of a failure), the job's exit status is the
+  function's, and every OpenMP and BLAS pool (faiss, scikit-learn, numpy) gets the job's ``threads``
+  (``thread_budget``).
 * ``start(folder)`` / ``stop(handle)``: the Snakefile's ``onstart`` / ``onsuccess`` / ``onerror``.
 
 The server is one thread (forking from a multi-threaded process can deadlock the child): a loop over
@@ -23,6 +25,7 @@ starts a server.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import os
 import pickle
@@ -34,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,15 +58,16 @@ child_cpu_seconds = 0.0  # the last served child's CPU time, for benchmarks/benc
 
 
 # -- the job's side ------------------------------------------------------------------------------
-def run_job(target: str, *args: Any, log: str | os.PathLike, **kwargs: Any) -> None:
-    """Run ``target`` (``"module:function"``) with ``args``/``kwargs``, its output in ``log``; in a
-    server child if one is up, else here. Exits the process with the child's status when it fails."""
+def run_job(target: str, *args: Any, log: str | os.PathLike, threads: int | None = None, **kwargs: Any) -> None:
+    """Run ``target`` (``"module:function"``) with ``args``/``kwargs``, its output in ``log``, its
+    thread pools at ``threads`` (None: as they are); in a server child if one is up, else here.
+    Exits the process with the child's status when it fails."""
     conn = _connect(os.environ.get(JOBSERVER_ENV))
     if conn is None:
-        _call_logged(target, args, kwargs, log)
+        _call_logged(target, args, kwargs, log, threads)
         return
     with conn:
-        status = _run_remote(conn, (target, args, kwargs, str(log), os.getcwd(), dict(os.environ), sys.argv))
+        status = _run_remote(conn, (target, args, kwargs, str(log), threads, os.getcwd(), dict(os.environ), sys.argv))
     if status != 0:
         sys.exit(status)
 
@@ -119,13 +123,35 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return data
 
 
-def _call_logged(target: str, args: tuple, kwargs: dict, log: str, server: int | None = None) -> None:
+def _call_logged(target: str, args: tuple, kwargs: dict, log: str, threads: int | None,
+                 server: int | None = None) -> None:
     module, _, name = target.partition(":")
     function: Callable = getattr(importlib.import_module(module), name)
-    with log_to(log):
+    with log_to(log), thread_budget(threads):
         if server is not None:
             print(f"dmlrepro job server: forked from server {server} (docs/workflow.md#job-server)")
         function(*args, **kwargs)
+
+
+#: the variables an OpenMP or BLAS library reads when it loads
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@contextlib.contextmanager
+def thread_budget(threads: int | None) -> Iterator[None]:
+    """Every OpenMP and BLAS pool at most ``threads`` wide while the job runs: those loaded already
+    (threadpoolctl) and those a later import loads (the variables above). Two jobs share the local
+    machine's cores, and a pool wider than its job's share spins on a busy core: the t-SNE figure
+    beside a training job took 24 CPU-s on 2 threads, 11 on 1. torch's own threads are the run's
+    (``threads`` of its config); the metrics are the same on any number (tests/workflow)."""
+    if threads is None:
+        yield
+        return
+    from threadpoolctl import threadpool_limits  # deferred: only a job with a budget needs it
+
+    os.environ.update({name: str(threads) for name in THREAD_VARIABLES})
+    with threadpool_limits(limits=threads):
+        yield
 
 
 # -- the server's side ---------------------------------------------------------------------------
@@ -201,7 +227,7 @@ def _accept(listener: socket.socket, running: dict[socket.socket, int]) -> None:
 
 
 def _child(request: tuple, fds: list[int]) -> None:
-    target, args, kwargs, log, cwd, environ, argv = request
+    target, args, kwargs, log, threads, cwd, environ, argv = request
     status = 1
     try:
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -213,7 +239,7 @@ def _child(request: tuple, fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(environ)
         sys.argv = argv
-        _call_logged(target, args, kwargs, log, server=os.getppid())
+        _call_logged(target, args, kwargs, log, threads, server=os.getppid())
         status = 0
     except SystemExit as e:
         status = e.code if isinstance(e.code, int) else 1

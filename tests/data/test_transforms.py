@@ -131,6 +131,19 @@ def test_corruption_strengths():
     assert torch.equal(j.flatten().sort().values, img.flatten().sort().values)
 
 
+@pytest.mark.parametrize("deg", [-30.0, -10.0, 17.3, 30.0, 45.0])
+def test_shear_equals_torchvisions_affine(deg):
+    """Shear gathers through an index map found once per size and angle; torchvision's affine
+    (nearest, fill 0) on the image itself is the reference."""
+    from torchvision.transforms.v2 import functional as TF
+
+    for h, w in ((32, 32), (48, 60), (7, 3)):
+        img = natural_like(h, w)
+        ours = build_corruption("shear", shear=(deg, deg))(img)
+        reference = TF.affine(img, angle=0.0, translate=[0, 0], scale=1.0, shear=[deg, 0.0], fill=0)
+        assert torch.equal(ours, reference)
+
+
 def test_corruption_names_and_pipeline():
     assert set(TABLE_IV.values()) == set(CORRUPTIONS)
     assert build_corruption("Salt and Pepper").name == "salt_and_pepper"

@@ -30,6 +30,13 @@ def fail():
     raise ValueError("a failing job")
 def exit_with(code):
     sys.exit(code)
+def pools(path):
+    import numpy  # loaded before the job (the server preloads it): threadpoolctl's part
+    import faiss  # loaded by the job (not preloaded): OMP_NUM_THREADS's part
+    from threadpoolctl import threadpool_info
+    with open(path, "w") as f:
+        json.dump({"faiss": faiss.omp_get_max_threads(),
+                   "loaded": sorted({p["num_threads"] for p in threadpool_info()})}, f)
 def sleep_forever(path):  # as the engine does: SIGTERM -> exit 75 (checkpoint, then retry)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(75))
     with open(path, "w") as f:
@@ -44,7 +51,7 @@ def server(tmp_path, monkeypatch):
     (tmp_path / "jobtargets.py").write_text(TARGETS)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     (tmp_path / "server").mkdir()
-    handle = jobserver.start(tmp_path / "server", preload=("jobtargets",))
+    handle = jobserver.start(tmp_path / "server", preload=("jobtargets", "numpy"))
     yield handle
     jobserver.stop(handle)
 
@@ -65,6 +72,24 @@ def test_a_job_runs_in_a_child_of_the_server_with_its_cwd_env_and_log(server, tm
     assert (record["cwd"], record["env"], record["word"]) == (str(tmp_path), "42", "w")
     assert "hello from w" in (tmp_path / "job.log").read_text()
     assert "to stderr" in (tmp_path / "job.log").read_text()
+
+
+@pytest.mark.parametrize("served", [True, False])
+def test_a_jobs_thread_pools_are_its_threads_and_the_next_jobs_are_as_they_were(server, tmp_path, monkeypatch,
+                                                                               served):
+    """A job's budget reaches the pools loaded before it (numpy's BLAS) and those it loads (faiss's
+    OpenMP), served or in its own process; the server's own pools stay as they were."""
+    from threadpoolctl import threadpool_info
+
+    if not served:
+        monkeypatch.delenv(jobserver.JOBSERVER_ENV)
+    for threads, name in ((1, "one.json"), (None, "default.json")):
+        job = _job(tmp_path, f"'jobtargets:pools', {name!r}, log='job.log', threads={threads}")
+        assert job.communicate(timeout=60)[1] == "" and job.returncode == 0
+    assert json.loads((tmp_path / "one.json").read_text()) == {"faiss": 1, "loaded": [1]}
+    default = json.loads((tmp_path / "default.json").read_text())
+    assert default["loaded"] == sorted({p["num_threads"] for p in threadpool_info()}) and default["faiss"] > 0
+    assert os.cpu_count() == 1 or max(default["loaded"]) > 1  # a budget that changes something
 
 
 @pytest.mark.parametrize("call, status, text", [("'jobtargets:fail', log='job.log'", 1, "ValueError: a failing job"),

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from dmlrepro.data.synthetic import DEFAULTS, class_keys, class_specs
-from dmlrepro.models.standin import workflow_recipes
+from dmlrepro.standin_recipe import workflow_recipes
 from dmlrepro.runs import resolve_runs
 
 ROOT = Path(__file__).resolve().parents[2]

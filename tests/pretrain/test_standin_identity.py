@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from dmlrepro.models.standin import recipe_hash, run_weights, with_folder, workflow_recipes
+from dmlrepro.standin_recipe import recipe_hash, run_weights, with_folder, workflow_recipes
 from dmlrepro.runs import config_hash, resolve_runs
 
 ROOT = Path(__file__).resolve().parents[2]

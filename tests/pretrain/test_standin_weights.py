@@ -4,7 +4,8 @@ file's, the file is named by its recipe's hash, and a file of another recipe is 
 import pytest
 import torch
 
-from dmlrepro.models.standin import StandinError, load_standin, pretrain, recipe_hash, weights_file
+from dmlrepro.models.standin import load_standin, pretrain
+from dmlrepro.standin_recipe import StandinError, recipe_hash, weights_file
 from dmlrepro.train.config import resolve_run_config
 from dmlrepro.train.model_and_loss import build_run_model
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from dmlrepro.train import ConfigError, resolve_run_config, train_run
-from dmlrepro.train.run_data import build_datasets, label_noise_path, open_manifest
+from dmlrepro.data.label_noise import label_noise_path
+from dmlrepro.train.run_data import build_datasets, open_manifest
 from dmlrepro.train.model_and_loss import build_run_model
 
 

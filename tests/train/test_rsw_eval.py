@@ -85,9 +85,10 @@ def test_corruption_metrics_equal_a_direct_evaluation(tiny, tmp_path):
     from dmlrepro.data import ManifestDataset, build_transform
     from dmlrepro.data.corruptions import build_corruption
 
-    cfg = _rsw(tiny, eval__corruptions=[{"name": "gaussian", "severity": 3}, {"name": "cutout"}])
+    cfg = _rsw(tiny, eval__corruptions=[{"name": "gaussian", "severity": 3}, {"name": "cutout"}], eval__nmi=True)
     record = train_run(cfg, tmp_path / "run", progress=False)
     assert set(record["corruption_metrics"]) >= {"recall@1@gaussian_3", "map@r@gaussian_3", "recall@1@cutout"}
+    assert "nmi" in record["metrics"] and not any(k.startswith("nmi") for k in record["corruption_metrics"])
     state = read_checkpoint(list_checkpoints(tmp_path / "run" / "checkpoints")[-1])
     rcfg, model, _ = _model_and_loss(cfg, state)
     model.eval()

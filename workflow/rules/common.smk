@@ -20,7 +20,7 @@ from dmlrepro.tuning.searches import method_search_spec, search_runs
 from dmlrepro import jobserver
 from dmlrepro.report.claims import check_claims, load_catalogue
 from dmlrepro.report.sections import check_report
-from dmlrepro.train.run_data import label_noise_path
+from dmlrepro.data.label_noise import label_noise_path
 from dmlrepro.scheduler_timers import cancel_pending_timers
 from dmlrepro.train.state import RunDir
 

@@ -2,7 +2,7 @@
 # softmax classification on generated classes no run uses, content-addressed by the recipe's hash;
 # runs with model.pretrained: standin fine-tune from it (rule train and checkpoint search take the
 # file as input: run_weights; their run config gets its folder: with_folder, not part of the run id).
-from dmlrepro.models.standin import run_weights, with_folder, workflow_recipes
+from dmlrepro.standin_recipe import run_weights, with_folder, workflow_recipes
 
 STANDIN = f"{RESULTS}/standin"
 STANDIN_RECIPES = workflow_recipes({**RUNS, **SEARCHES})  # recipe hash -> recipe
@@ -13,6 +13,8 @@ rule pretrain_standin:
         weights=f"{STANDIN}/standin-{{standin}}.pt",
     log:
         f"{RESULTS}/logs/pretrain_standin/{{standin}}.log",
+    # first when it is ready: every fine-tuning run waits for it (docs/workflow.md#scheduling)
+    priority: 10
     conda:
         "../../envs/dmlrepro-gpu.yaml"
     threads: 2  # pretraining always runs 2 torch threads: the weights depend on it (docs/miniature.md)

@@ -7,4 +7,5 @@ run_job("dmlrepro.report.section_job:write_section", snakemake.wildcards.experim
         snakemake.input.table, snakemake.params.runs, snakemake.output.section,
         reported_dir=snakemake.params.reported_dir, method_configs=snakemake.params.methods,
         searches=snakemake.params.searches, metrics=list(snakemake.input.metrics),
-        train_logs=list(snakemake.input.train_logs), log=snakemake.log[0])
+        train_logs=list(snakemake.input.train_logs), log=snakemake.log[0],
+        threads=snakemake.threads)

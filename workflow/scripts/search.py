@@ -13,4 +13,4 @@ spec = snakemake.params.search
 run_job("dmlrepro.tuning:run_search", deep_merge(snakemake.params.config, runtime), spec["space"],
         Path(snakemake.output.trials).parent, trials=spec["trials"], folds=spec.get("folds"), seed=spec.get("seed", 0),
         sampler=spec.get("sampler", "gp"), startup_trials=spec.get("startup_trials", 10), progress=False,
-        log=snakemake.log[0])
+        log=snakemake.log[0], threads=snakemake.threads)

@@ -28,6 +28,7 @@ Input/output: uint8 tensor (C, H, W) (or a PIL image -> PIL image); the shape is
 
 from __future__ import annotations
 
+import functools
 import zlib
 from typing import Callable
 
@@ -171,12 +172,26 @@ class Shear(Corruption):
         self.shear, self.fill = shear, fill
 
     def apply(self, a, rng):
-        from torchvision.transforms.v2 import functional as TF  # deferred: torchvision, only this corruption needs it
-
         deg = self.level() * rng.choice([-1.0, 1.0]) if self.severity else rng.uniform(*self.shear)
-        t = torch.from_numpy(a).permute(2, 0, 1)
-        t = TF.affine(t, angle=0.0, translate=[0, 0], scale=1.0, shear=[float(deg), 0.0], fill=self.fill)
-        return t.permute(1, 2, 0).numpy()
+        source = _shear_source(a.shape[0], a.shape[1], float(deg))
+        out = a.reshape(-1, a.shape[2])[np.maximum(source, 0)]
+        out[source < 0] = self.fill
+        return out.reshape(a.shape)
+
+
+@functools.lru_cache(maxsize=64)
+def _shear_source(h: int, w: int, deg: float) -> np.ndarray:
+    """Which input pixel (row-major index; -1: the fill) each output pixel of torchvision's
+    ``affine(shear=[deg, 0])`` copies. With nearest interpolation the shear is a gather, the same for
+    every image of one size and angle: found once by shearing a float32 image of pixel indices (the
+    dtype affine samples a uint8 image in, so the same grid; exact below 2**24 pixels)."""
+    from torchvision.transforms.v2 import functional as TF  # deferred: torchvision, only this corruption needs it
+
+    if h * w >= 2**24:
+        raise ValueError(f"shear: {h}×{w} pixels cannot be indexed exactly in float32")
+    index = torch.arange(h * w, dtype=torch.float32).reshape(1, h, w)
+    moved = TF.affine(index, angle=0.0, translate=[0, 0], scale=1.0, shear=[deg, 0.0], fill=-1.0)
+    return moved.reshape(-1).numpy().astype(np.int64)
 
 
 class Jigsaw(Corruption):
@@ -256,6 +271,7 @@ class HueSaturation(Corruption):
         return _hsv_to_rgb(hsv)
 
 
+@functools.lru_cache(maxsize=8)
 def _disk(radius: float, alias_blur: float) -> torch.Tensor:
     # imagecorruptions.corruptions.disk: aliased disk, normalised, then Gaussian-blurred
     L = np.arange(-max(8, radius), max(8, radius) + 1)

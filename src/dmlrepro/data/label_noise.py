@@ -15,7 +15,7 @@ import csv
 import io
 import os
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -46,6 +46,13 @@ def corrupt_labels(labels: Sequence[int], seed: int, rate: float = 0.2, mode: Li
         draw = rng.integers(0, len(classes) - 1, size=k)
         noisy[chosen] = classes[draw + (draw >= true_position)]
     return noisy
+
+
+def label_noise_path(dataset_cfg: Mapping[str, Any]) -> Path:
+    """Where the seeded noisy labels of a run's `dataset.label_noise` live: beside the dataset's manifest."""
+    n = dataset_cfg["label_noise"]
+    name = f"rate{n['rate']:g}_seed{n['seed']}_{n['mode']}.csv"
+    return Path(dataset_cfg["root"]) / dataset_cfg["name"] / "label_noise" / name
 
 
 def write_noisy_labels(

@@ -4,18 +4,21 @@ A dataset is built in a hidden staging folder ``<root>/<name>/.staging-*``, vali
 (layout, counts), then its top-level entries are renamed into ``<root>/<name>/`` and the manifest
 is written atomically, last. ``manifest.csv`` existing therefore means "completely prepared";
 anything else in the folder without a manifest is leftover work that the next run replaces.
+Preparations of one folder take turns (``preparation_lock``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from ..atomic import atomic_write_text, remove_path
 from .decoded import DECODED_NAME, write_decoded
@@ -23,6 +26,7 @@ from .manifest import MANIFEST_NAME, Manifest, ManifestError, check_counts, read
 
 INFO_NAME = "prepare_info.json"
 SIZES_NAME = "image_sizes.csv"  # path,height,width of every image, from the header read at preparation
+LOCK_NAME = ".prepare.lock"
 ARCHIVE_DIR = "archives"  # downloaded or user-placed archives, kept across runs
 
 
@@ -52,6 +56,30 @@ def unprepare(ds_dir: Path) -> None:
         for child in ds_dir.iterdir():
             if child.name.startswith(".staging-"):
                 remove_path(child)
+
+
+@contextlib.contextmanager
+def preparation_lock(ds_dir: Path) -> Iterator[None]:
+    """One preparation of a dataset folder at a time (``<folder>/.prepare.lock``, an flock the
+    kernel releases when its holder dies). Without it a second process's ``unprepare`` deleted the
+    first one's staging folder mid-write (two preflight shapes preparing the same generated
+    dataset); now the second waits, then finds the dataset prepared."""
+    from filelock import FileLock, Timeout  # deferred: only preparation takes the lock
+
+    ds_dir.mkdir(parents=True, exist_ok=True)
+    if not os.access(ds_dir, os.W_OK):  # read-only: nobody prepares here, a prepared dataset is only read
+        yield
+        return
+    lock = FileLock(ds_dir / LOCK_NAME)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(f"{ds_dir} is being prepared by another process; waiting for it to end", file=sys.stderr, flush=True)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def new_staging(ds_dir: Path) -> Path:

@@ -26,7 +26,7 @@ from typing import Mapping, Sequence
 from .benchmarks import BENCHMARKS, prepare_benchmark
 from .digits import prepare_digits
 from .manifest import Manifest
-from .prepared import is_prepared, load_prepared, manifest_path
+from .prepared import dataset_dir, is_prepared, load_prepared, manifest_path, preparation_lock
 from .synthetic import prepare_synthetic
 
 EMBEDDED = ("synthetic", "digits")
@@ -59,7 +59,16 @@ def prepare(
     expected md5 per file name (None: skip), ``strict_counts`` asserts the papers' counts.
     ``synthetic``: ``seed``, ``num_classes``, ``images_per_class``, ``size``, ``modes``,
     ``family_size``. ``digits``: ``size``. An already prepared dataset is reused unless ``force``.
+    Two processes preparing the same folder take turns; the second then reuses the first's work.
     """
+    if name not in DATASETS:
+        raise KeyError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
+    with preparation_lock(dataset_dir(root, name)):
+        return _prepare(name, root, urls=urls, archives=archives, md5=md5, strict_counts=strict_counts,
+                        force=force, progress=progress, **params)
+
+
+def _prepare(name, root, *, urls, archives, md5, strict_counts, force, progress, **params) -> Path:
     if name in BENCHMARKS:
         if params:
             raise TypeError(f"dataset {name!r} takes no parameters {sorted(params)}")
@@ -69,9 +78,7 @@ def prepare(
         raise TypeError(f"dataset {name!r} is embedded; it takes no urls, archives or md5")
     if name == "synthetic":
         return prepare_synthetic(root, force=force, progress=progress, **params)
-    if name == "digits":
-        return prepare_digits(root, force=force, progress=progress, strict_counts=strict_counts, **params)
-    raise KeyError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
+    return prepare_digits(root, force=force, progress=progress, strict_counts=strict_counts, **params)
 
 
 def load(name: str, root: str | os.PathLike) -> Manifest:

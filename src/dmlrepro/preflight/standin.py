@@ -23,7 +23,7 @@ from dmlrepro.data.manifest import MANIFEST_NAME, write_manifest
 from dmlrepro.data.prepared import is_prepared
 from dmlrepro.data.registry import EMBEDDED
 from dmlrepro.models import get_backbone_spec, resolve_backbone_name
-from dmlrepro.models.standin import weights_file
+from dmlrepro.standin_recipe import weights_file
 from dmlrepro.models.weights import default_cache_dir, fetch_command, weight_path
 
 #: distinct stand-in image files per dataset (each listed many times by the manifest)

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from dmlrepro.standin_recipe import StandinError, resolve_recipe
+
 from .config_checks import GROUPS, ConfigError, config_error
 from .config_keys import (
     DEFAULTS,
@@ -135,8 +137,6 @@ def _resolve_standin(cfg: dict) -> None:
     if model["pretrained"] != "standin":
         model["standin"] = None
         return
-    from dmlrepro.models.standin import StandinError, resolve_recipe  # deferred: imports torch
-
     if model["standin"] is not None and not isinstance(model["standin"], Mapping):
         raise config_error("model.standin", model["standin"], "a mapping (the stand-in's pretraining recipe) or null")
     try:

@@ -149,7 +149,7 @@ KEYS: tuple[Key, ...] = (
         "`true` = the backbone's default weights, or a weight name; read from the weight cache only; `standin` = "
         "the miniature's ImageNet stand-in (docs/miniature.md)"),
     Key("model.standin", None, _unchecked("`null` or a mapping (the stand-in's recipe)"),
-        "with `pretrained: standin`: the stand-in's pretraining recipe (`dmlrepro.models.standin.RECIPE_DEFAULTS` "
+        "with `pretrained: standin`: the stand-in's pretraining recipe (`dmlrepro.standin_recipe.RECIPE_DEFAULTS` "
         "with these keys over it; resolved in full, part of the run id; ignored, null, with any other `pretrained`); "
         "the file is `<weights_cache_dir>/standin-<recipe hash>.pt`", late=True),
     Key("model.preset", None, _unchecked("checked by `build_model`"),
@@ -263,7 +263,8 @@ KEYS: tuple[Key, ...] = (
     Key("eval.corruptions", [], Custom(corruption_list, "list of `{name, severity}`"),
         "`[{name, severity}]` (`dmlrepro.data.corruptions`: `gaussian`, `uniform`, `salt_and_pepper`, `dropout`, "
         "`cutout`, `shear`, `jigsaw`, `hue_saturation`, `defocus_blur`; severity 1–5 or null = imgaug's default "
-        "range): after training, the final model's test metrics with every test image corrupted, in metrics.json "
+        "range): after training, the final model's test retrieval metrics (no NMI: Table IV prints R@1, and the "
+        "k-means would cost more than the rest) with every test image corrupted, in metrics.json "
         "`corruption_metrics` as `<metric>@<name>_<severity>` (e.g. `recall@1@gaussian_3`); RSW Table IV. "
         "Per-image draws use a fixed seed, so every run sees the same corrupted images. Needs `select: last` and no "
         "gallery split", late=True),

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import signal
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +21,7 @@ from torch.utils.data import Dataset, Sampler
 
 from dmlrepro import data
 from dmlrepro.data import ManifestDataset, MPerClassBatchSampler, RandomBatchSampler, write_noisy_labels
+from dmlrepro.data.label_noise import label_noise_path
 from dmlrepro.data.registry import EMBEDDED
 from dmlrepro.data.splits import split_indices
 
@@ -92,13 +92,6 @@ class LabelMap:
 
     def __call__(self, labels: torch.Tensor) -> torch.Tensor:
         return self.table.to(labels.device)[labels]
-
-
-def label_noise_path(dataset_cfg: dict[str, Any]) -> Path:
-    """Where the seeded noisy labels of `dataset.label_noise` live: beside the dataset's manifest."""
-    n = dataset_cfg["label_noise"]
-    name = f"rate{n['rate']:g}_seed{n['seed']}_{n['mode']}.csv"
-    return Path(dataset_cfg["root"]) / dataset_cfg["name"] / "label_noise" / name
 
 
 def noisy_labels(dataset_cfg: dict[str, Any], manifest) -> str | None:

@@ -60,9 +60,10 @@ def compute_embeddings(model, ds, *, batch_size: int, device: torch.device, num_
 
 
 def embedding_metrics(emb: np.ndarray | torch.Tensor, labels: np.ndarray, cfg: dict[str, Any],
-                      gallery: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, float] | None:
-    """Retrieval metrics (+ NMI) on the given embeddings, or of the queries `emb` against
-    `gallery` = (embeddings, labels); None if any value is not finite. The k-NN search runs where
+                      gallery: tuple[np.ndarray, np.ndarray] | None = None, *,
+                      with_nmi: bool = True) -> dict[str, float] | None:
+    """Retrieval metrics (+ NMI where `eval.nmi` asks and `with_nmi`) on the given embeddings, or of
+    the queries `emb` against `gallery` = (embeddings, labels); None if any value is not finite. The k-NN search runs where
     `emb` is (a device tensor from ``compute_embeddings(on_device=True)``: that device) with the
     backend ``speed.knn_backend`` (docs/evaluation.md#backends)."""
     if not _all_finite(emb) or (gallery is not None and not _all_finite(gallery[0])):
@@ -77,7 +78,7 @@ def embedding_metrics(emb: np.ndarray | torch.Tensor, labels: np.ndarray, cfg: d
     else:
         metrics = dict(retrieval_metrics_query_gallery(emb, labels, *gallery, ks=tuple(e["ks"]), distance=e["distance"],
                                                        backend=knn_backend(cfg)))
-    if e["nmi"]:
+    if e["nmi"] and with_nmi:
         metrics["nmi"] = float(nmi_from_config(emb, labels, e["nmi"], seed=cfg["seed"]))
     return metrics
 
@@ -113,7 +114,8 @@ def corruption_metrics(model, cfg: dict[str, Any], manifest, *, device: torch.de
                        stop: Any = None) -> dict[str, float | None]:
     """Test metrics of `model` with every test image corrupted by each `eval.corruptions` entry
     (RSW Table IV: train clean, evaluate corrupted), flat: `<metric>@<name>_<severity>` (e.g.
-    `recall@1@gaussian_3`; `<metric>@<name>` for imgaug's default range). A corruption whose
+    `recall@1@gaussian_3`; `<metric>@<name>` for imgaug's default range). The retrieval metrics
+    only: Table IV prints R@1, and NMI's k-means would cost more than the rest. A corruption whose
     embeddings are not finite gives None for its metrics. The stop flag `stop` is honoured after
     every batch (:class:`~dmlrepro.train.embedder.EmbeddingInterrupted`)."""
     out: dict[str, float | None] = {}
@@ -125,9 +127,9 @@ def corruption_metrics(model, cfg: dict[str, Any], manifest, *, device: torch.de
         emb, labels, _ = compute_embeddings(model, ds, batch_size=cfg["dataset"]["eval_batch_size"], device=device,
                                             num_workers=cfg["num_workers"], amp_dtype=amp_dtype, progress=progress,
                                             desc=f"eval test, {corruption_suffix(item)}", on_device=True, stop=stop)
-        metrics = embedding_metrics(emb, labels, cfg)
+        metrics = embedding_metrics(emb, labels, cfg, with_nmi=False)
         suffix = corruption_suffix(item)
-        for name in (names + (["nmi"] if cfg["eval"]["nmi"] else [])) if metrics is None else metrics:
+        for name in names if metrics is None else metrics:
             out[f"{name}@{suffix}"] = None if metrics is None else float(metrics[name])
     return out
 

@@ -39,8 +39,7 @@ from tqdm.auto import tqdm
 from dmlrepro.atomic import atomic_write_text, write_json_atomic
 from dmlrepro.nested import deep_merge, dotted_get, undotted
 from dmlrepro.search_space import ZERO_SUFFIX, Param, is_finite_number, parse_space
-from dmlrepro.train import DEFAULTS, resolve_run_config, train_run  # train_run: looked up at call time (tests replace it)
-from dmlrepro.train.config import config_identity
+from dmlrepro.train.config import DEFAULTS, config_identity, resolve_run_config
 from dmlrepro.train.state import RunDir
 
 STUDY_FILE = "study.db"
@@ -62,6 +61,14 @@ class SearchError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def train_run(config: Mapping, outdir: Path, **kwargs: Any) -> dict[str, Any]:
+    """dmlrepro.train.train_run, imported at the first trial: the workflow's Snakefile imports this
+    module for its file names, not to train (tests replace this name)."""
+    from dmlrepro.train.engine import train_run as engine_train_run
+
+    return engine_train_run(config, outdir, **kwargs)
 
 
 def params_hash(params: Mapping[str, Any]) -> str:
