@@ -61,8 +61,7 @@ def prepare(
     ``family_size``. ``digits``: ``size``. An already prepared dataset is reused unless ``force``.
     Two processes preparing the same folder take turns; the second then reuses the first's work.
     """
-    if name not in DATASETS:
-        raise KeyError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
+    _check_known(name)
     with preparation_lock(dataset_dir(root, name)):
         return _prepare(name, root, urls=urls, archives=archives, md5=md5, strict_counts=strict_counts,
                         force=force, progress=progress, **params)
@@ -78,14 +77,19 @@ def _prepare(name, root, *, urls, archives, md5, strict_counts, force, progress,
         raise TypeError(f"dataset {name!r} is embedded; it takes no urls, archives or md5")
     if name == "synthetic":
         return prepare_synthetic(root, force=force, progress=progress, **params)
+    # the last embedded dataset (prepare checked the name)
     return prepare_digits(root, force=force, progress=progress, strict_counts=strict_counts, **params)
 
 
 def load(name: str, root: str | os.PathLike) -> Manifest:
     """The manifest of a prepared dataset (raises ManifestError naming the file if not prepared)."""
+    _check_known(name)
+    return load_prepared(root, name)
+
+
+def _check_known(name: str) -> None:
     if name not in DATASETS:
         raise KeyError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
-    return load_prepared(root, name)
 
 
 __all__ = ["DATASETS", "EMBEDDED", "describe", "prepare", "load", "is_prepared", "manifest_path"]

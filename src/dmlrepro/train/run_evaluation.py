@@ -63,9 +63,9 @@ def embedding_metrics(emb: np.ndarray | torch.Tensor, labels: np.ndarray, cfg: d
                       gallery: tuple[np.ndarray, np.ndarray] | None = None, *,
                       with_nmi: bool = True) -> dict[str, float] | None:
     """Retrieval metrics (+ NMI where `eval.nmi` asks and `with_nmi`) on the given embeddings, or of
-    the queries `emb` against `gallery` = (embeddings, labels); None if any value is not finite. The k-NN search runs where
-    `emb` is (a device tensor from ``compute_embeddings(on_device=True)``: that device) with the
-    backend ``speed.knn_backend`` (docs/evaluation.md#backends)."""
+    the queries `emb` against `gallery` = (embeddings, labels); None if any value is not finite. The
+    k-NN search runs where `emb` is (a device tensor from ``compute_embeddings(on_device=True)``: that
+    device) with the backend ``speed.knn_backend`` (docs/evaluation.md#backends)."""
     if not _all_finite(emb) or (gallery is not None and not _all_finite(gallery[0])):
         return None
     e = cfg["eval"]
