@@ -166,3 +166,23 @@ def test_run_config_eval_nmi_reaches_the_metric():
     assert res["metrics"]["nmi"] == pytest.approx(expected, abs=1e-12)
     with pytest.raises(ConfigError, match="eval.nmi"):
         resolve_run_config({"eval": {"nmi": {"average": "max"}}})
+
+
+def test_the_same_embeddings_are_clustered_once(monkeypatch):
+    """A run's final embeddings are scored twice (its last evaluation, then metrics.json from the
+    saved file): the second NMI reuses the first k-means; other data, seeds or options cluster again."""
+    from dmlrepro.evaluation import clustering
+
+    calls = []
+    real = clustering.sklearn_kmeans_assignments
+    monkeypatch.setattr(clustering, "sklearn_kmeans_assignments", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(120, 5)).astype(np.float32)
+    y = rng.integers(0, 4, size=120)
+    first = nmi(x, y, seed=3, kmeans="sklearn")
+    assert nmi(x.copy(), y.copy(), seed=3, kmeans="sklearn") == first and len(calls) == 1
+    nmi(x, y, seed=4, kmeans="sklearn")
+    nmi(x + 1e-3, y, seed=3, kmeans="sklearn")
+    nmi(x, (y + 1) % 4 * (y > 0), seed=3, kmeans="sklearn")
+    assert len(calls) == 4
+    assert nmi(x, y, seed=3, kmeans="sklearn", average_method="geometric") != first and len(calls) == 5

@@ -33,10 +33,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .normalisation import lipschitz_normalize
+from dmlrepro.config_names import FIRST_INIT, SMALL_BUDGET  # the config check's choices, torch-free
 
-SMALL_BUDGET = ("times_p", "clip")
-FIRST_INIT = ("kcenter_from_random", "random", "kcenter_from_zero")
+from .normalisation import lipschitz_normalize
 
 
 def pool_size(b: int, proxies_per_class: int, small_budget: str = "times_p") -> int:

@@ -33,10 +33,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from dmlrepro.config_names import KNN_BACKENDS
+
 log = logging.getLogger(__name__)
 
 DISTANCES = ("euclidean", "cosine")
-BACKENDS = ("auto", "torch", "faiss-cpu", "faiss-gpu")
+BACKENDS = KNN_BACKENDS  # the config check's choices, torch-free in dmlrepro.config_names
 
 # faiss GPU flat search supports k <= 2048 (faiss/gpu/utils/DeviceDefs.cuh, CUDA >= 9.5).
 FAISS_GPU_MAX_K = 2048

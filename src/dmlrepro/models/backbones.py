@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dmlrepro.config_names import BACKBONE_ALIASES, canonical_backbone
+
 from .bn_inception import INPUT_CONFIG as _BNI_INPUT
 from .bn_inception import BNInception
 from .resnet_v2 import ResNet20V2
@@ -64,18 +66,8 @@ class BackboneSpec:
 
 BACKBONES: dict[str, BackboneSpec] = {}
 
-#: Other names used in configs for the same trunk.
-ALIASES: dict[str, str] = {
-    "r50": "resnet50",
-    "bninception": "bn_inception",
-    "ibn": "bn_inception",
-    "vit_s16": "vit_small_patch16_224",
-    "vit_small": "vit_small_patch16_224",
-    "dino_vit_s16": "dino_vits16",
-    "vit_small_patch16_224.dino": "dino_vits16",
-    "resnet_v2_20": "resnetv2_20",  # ASAP's "ResNetV2-20"
-    "resnet20v2": "resnetv2_20",  # Keras cifar10_resnet's model_type "ResNet20v2"
-}
+#: Other names used in configs for the same trunk (kept torch-free in dmlrepro.config_names).
+ALIASES: dict[str, str] = BACKBONE_ALIASES
 
 
 def register_backbone(spec: BackboneSpec) -> BackboneSpec:
@@ -87,11 +79,7 @@ def register_backbone(spec: BackboneSpec) -> BackboneSpec:
 
 def resolve_backbone_name(name: str) -> str:
     """Canonical registry name for ``name`` (aliases resolved); raises for unknown names."""
-    canonical = ALIASES.get(name, name)
-    if canonical not in BACKBONES:
-        known = sorted(BACKBONES) + sorted(f"{a} (= {b})" for a, b in ALIASES.items())
-        raise KeyError(f"unknown backbone {name!r}; known: {', '.join(known)}")
-    return canonical
+    return canonical_backbone(name, BACKBONES)
 
 
 def get_backbone_spec(name: str) -> BackboneSpec:

@@ -11,6 +11,8 @@ prepared or any model is built.
 from __future__ import annotations
 
 import copy
+import functools
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from dmlrepro.nested import canonical
 from dmlrepro.standin_recipe import StandinError, resolve_recipe
 
 from .config_checks import GROUPS, ConfigError, config_error
@@ -230,23 +233,32 @@ def _check_followup_trigger(cfg: dict) -> None:
 
 
 def _check_loss(cfg: dict) -> None:
-    """Build the loss once on a toy size: unknown hyperparameters and followup attributes fail here."""
+    """Build the loss once on a toy size: unknown hyperparameters and followup attributes fail here.
+    Runs that share these keys share the check (a workflow resolves hundreds of runs, few losses)."""
+    loss_cfg, followup = cfg["loss"], cfg["followup"]
+    _check_loss_once(json.dumps(canonical({"loss": loss_cfg, "followup_loss": followup["loss"],
+                                           "embedding_size": cfg["model"]["embedding_size"]})))
+    if followup["loss"] and followup["epochs"] == 0 and followup["trigger"] == "epochs":
+        raise config_error("followup.epochs", 0, "a positive number of epochs when followup.loss is set")
+
+
+@functools.lru_cache(maxsize=256)
+def _check_loss_once(keys: str) -> None:
     import torch  # deferred: only this check needs it
 
     from dmlrepro.losses import build_loss  # deferred: imports torch
 
-    loss_cfg, followup = cfg["loss"], cfg["followup"]
+    keys = json.loads(keys)
+    loss_cfg = keys["loss"]
     try:
-        loss = build_loss(loss_cfg["name"], 4, cfg["model"]["embedding_size"] or 8, **dict(loss_cfg["hparams"]))
+        loss = build_loss(loss_cfg["name"], 4, keys["embedding_size"] or 8, **dict(loss_cfg["hparams"]))
     except (TypeError, ValueError) as e:
         raise ConfigError(f"run config: loss.hparams = {dict(loss_cfg['hparams'])!r} for loss "
                           f"{loss_cfg['name']!r}: {e}") from None
-    for attr, value in followup["loss"].items():
+    for attr, value in keys["followup_loss"].items():
         if attr.startswith("_") or not hasattr(loss, attr) or callable(getattr(loss, attr)) \
                 or isinstance(getattr(loss, attr), torch.Tensor):
             raise config_error(f"followup.loss.{attr}", value, f"a plain attribute of loss {loss_cfg['name']!r}")
-    if followup["loss"] and followup["epochs"] == 0 and followup["trigger"] == "epochs":
-        raise config_error("followup.epochs", 0, "a positive number of epochs when followup.loss is set")
 
 
 #: In this order, after every key's own check.

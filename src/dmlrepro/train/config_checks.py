@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dmlrepro.config_names import CORRUPTION_NAMES, WEIGHT_NAMES, canonical_backbone, nmi_options
+
 #: Parameter groups of the optimizer: the trunk, the rest of the model, the loss's own
 #: parameters (proxies, class weights).
 GROUPS = ("backbone", "head", "loss")
@@ -244,8 +246,6 @@ def subset_of(options: Sequence[str]) -> Custom:
 
 
 def nmi_setting(key: str, value: Any) -> Any:
-    from dmlrepro.evaluation.clustering import nmi_options  # deferred: imports torch
-
     try:
         nmi_options(value)
     except ValueError as exc:
@@ -255,8 +255,6 @@ def nmi_setting(key: str, value: Any) -> Any:
 
 def corruption_list(key: str, value: Any) -> list[dict]:
     """eval.corruptions: a list of {name, severity} (RSW Table IV, dmlrepro.data.corruptions)."""
-    from dmlrepro.data.corruptions import CORRUPTIONS  # deferred: imports torch
-
     if not isinstance(value, (list, tuple)):
         raise config_error(key, value, "a list of {name, severity} mappings")
     out, seen = [], set()
@@ -264,8 +262,8 @@ def corruption_list(key: str, value: Any) -> list[dict]:
         if not isinstance(item, Mapping) or set(item) - {"name", "severity"} or "name" not in item:
             raise config_error(key, item, "a mapping with keys name (and severity)")
         name, severity = item["name"], item.get("severity")
-        if name not in CORRUPTIONS:
-            raise config_error(f"{key}[].name", name, f"one of {sorted(CORRUPTIONS)}")
+        if name not in CORRUPTION_NAMES:
+            raise config_error(f"{key}[].name", name, f"one of {sorted(CORRUPTION_NAMES)}")
         if severity is not None and (isinstance(severity, bool) or severity not in (1, 2, 3, 4, 5)):
             raise config_error(f"{key}[].severity", severity, "null (imgaug's default range) or an integer 1..5")
         if (name, severity) in seen:
@@ -276,22 +274,18 @@ def corruption_list(key: str, value: Any) -> list[dict]:
 
 
 def backbone_name(key: str, value: Any) -> Any:
-    from dmlrepro.models import resolve_backbone_name  # deferred: imports torch
-
     try:
-        resolve_backbone_name(str(value))
+        canonical_backbone(str(value))
     except KeyError as e:
         raise ConfigError(f"run config: {key} = {value!r}: {e.args[0]}") from None
     return value
 
 
 def pretrained_weights(key: str, value: Any) -> Any:
-    from dmlrepro.models import list_weights  # deferred: imports torch
-
     if not isinstance(value, (bool, str)):
         raise config_error(key, value, "false, true or a weight name")
-    if isinstance(value, str) and value not in [*list_weights(), "standin"]:
-        raise config_error(key, value, f"standin or a weight name among {list(list_weights())}")
+    if isinstance(value, str) and value not in [*WEIGHT_NAMES, "standin"]:
+        raise config_error(key, value, f"standin or a weight name among {list(WEIGHT_NAMES)}")
     return value
 
 

@@ -166,7 +166,7 @@ KEYS: tuple[Key, ...] = (
     Key("model.weights_sha256", None, _unchecked("digest, or `null`"), "weight digest override"),
     Key("model.backbone_kwargs", {}, AnyMapping(), "passed to the trunk builder (e.g. `tiny_cnn` `widths`, `strides`)"),
     # -- loss
-    Key("loss.name", "pfml", Choice("dmlrepro.losses:LOSS_NAMES"), "the loss (`dmlrepro losses` lists them)"),
+    Key("loss.name", "pfml", Choice("dmlrepro.config_names:LOSS_NAMES"), "the loss (`dmlrepro losses` lists them)"),
     Key("loss.hparams", {}, AnyMapping("a mapping of the loss's keyword arguments"),
         "keyword arguments of the loss. Filled in when missing: `pfml`/`cpml` `proxies_per_class: 2`; `rsw` "
         "`alpha: 28.4, k1: 0.93, k2: 1.15` (RSW code, CUB phase 1). The number of classes is the number of "
@@ -302,17 +302,17 @@ KEYS: tuple[Key, ...] = (
         "evaluations without improvement inside a projection before an alternation"),
     Key("asap.alternate", True, Flag(),
         "`false`: Loss-Proxy (one projection, set `lam: 0`; [ASAP-R16](readings/asap.md#asap-r16))"),
-    Key("asap.first_init", "kcenter_from_random", Choice("dmlrepro.asap.kcenter:FIRST_INIT"),
+    Key("asap.first_init", "kcenter_from_random", Choice("dmlrepro.config_names:FIRST_INIT"),
         "[ASAP-R1](readings/asap.md#asap-r1): first proxies by k-Center seeded with P random samples per class "
         "(`kcenter_from_random`); `random`; `kcenter_from_zero` (later code)"),
-    Key("asap.anchor", "best", Choice("dmlrepro.asap.schedule:ANCHORS"),
+    Key("asap.anchor", "best", Choice("dmlrepro.config_names:ANCHORS"),
         "[ASAP-R4](readings/asap.md#asap-r4): θ*, ρ* at an alternation = the best-in-projection values (`best`) or "
         "the values at the alternation (`last`)"),
     Key("asap.reset_optimizer", False, Flag(),
         "[ASAP-R5](readings/asap.md#asap-r5): clear Adam's moments at each alternation"),
     Key("asap.lambda_first_projection", False, Flag(),
         "[ASAP-R3](readings/asap.md#asap-r3): λ_eff = 0 in the first projection"),
-    Key("asap.small_budget", "times_p", Choice("dmlrepro.asap.kcenter:SMALL_BUDGET"),
+    Key("asap.small_budget", "times_p", Choice("dmlrepro.config_names:SMALL_BUDGET"),
         "pool size rule for b < P: `times_p` (b·P) or `clip` (P)"),
     Key("asap.normalize", False, Flag(),
         "[ASAP-R6](readings/asap.md#asap-r6): k-Center on raw outputs, or Lipschitz-normalised ones"),
@@ -344,7 +344,7 @@ KEYS: tuple[Key, ...] = (
         "`true` allows TF32 in matmuls and cuDNN convolutions; `false` leaves torch's defaults"),
     Key("speed.sync_every", 1, Number(integer=True, low=1),
         "optimizer steps between two host reads of the loss sum and the non-finite flags ([Divergence](#divergence))"),
-    Key("speed.knn_backend", "auto", Choice("dmlrepro.evaluation.knn:BACKENDS"),
+    Key("speed.knn_backend", "auto", Choice("dmlrepro.config_names:KNN_BACKENDS"),
         "evaluation's exact k-NN search: `auto`, `torch`, `faiss-cpu`, `faiss-gpu` (docs/evaluation.md#backends)"),
     Key("speed.checkpoint_overhead", 0.02, Number(low=0),
         "the share of wall time end-of-epoch checkpoints may take ([checkpoint policy](#checkpoint-policy)); `1` "
