@@ -1,8 +1,7 @@
-"""Plumbing for rule prepare_dataset: snakemake.wildcards/params -> dmlrepro.data.prepare."""
+"""Plumbing for rule prepare_dataset: snakemake.wildcards/params -> dmlrepro.data.prepare (in a fork of
+the job server when the workflow runs one: dmlrepro.jobserver)."""
 
+from dmlrepro.jobserver import run_job
 
-from dmlrepro.steplog import log_to
-from dmlrepro.data import prepare
-
-with log_to(snakemake.log[0]):
-    prepare(snakemake.wildcards.dataset, snakemake.params.root, progress=False, **snakemake.params.options)
+run_job("dmlrepro.data:prepare", snakemake.wildcards.dataset, snakemake.params.root, progress=False,
+        log=snakemake.log[0], threads=snakemake.threads, **snakemake.params.options)
