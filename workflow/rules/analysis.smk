@@ -9,6 +9,8 @@ rule aggregate:
         f"{RESULTS}/logs/aggregate/{{experiment}}.log",
     wildcard_constraints:
         experiment="[^/]+",  # seeds/<experiment>.csv is this rule's second output, not an experiment
+    # as soon as an experiment's runs are done, between training jobs (docs/workflow.md#scheduling)
+    priority: 5
     conda:
         "../../envs/dmlrepro-cpu.yaml"
     params:
@@ -34,6 +36,7 @@ rule report_section:
         section=directory(f"{RESULTS}/report/sections/{{experiment}}"),
     log:
         f"{RESULTS}/logs/report_section/{{experiment}}.log",
+    priority: 5  # as rule aggregate's
     conda:
         "../../envs/dmlrepro-cpu.yaml"
     params:
