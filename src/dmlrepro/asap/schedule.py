@@ -39,7 +39,6 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-
 from dmlrepro.config_names import ANCHORS  # the config check's choices, torch-free
 
 PATIENCE_UNITS = ("evaluations", "steps")
