@@ -1,8 +1,9 @@
 """The names run-config keys choose among (``model.backbone``, ``model.pretrained``, ``loss.name``,
-``asap.*``, ``speed.knn_backend``), without importing torch: the Snakefile checks every run's config
-while it parses, and the modules that build trunks, losses and searches import torch (seconds for
-every ``snakemake`` call). The registries' names are copied here and kept equal to them by
-tests/config/test_config_names.py: a backbone, weight file or loss added there is added here too.
+``asap.*``, ``eval.corruptions``, ``speed.knn_backend``) and the parser of ``eval.nmi``, without
+importing torch: the Snakefile checks every run's config while it parses, and the modules that
+build trunks, losses and searches import torch (seconds for every ``snakemake`` call). The
+registries' names are copied here and kept equal to them by tests/config/test_config_names.py: a
+backbone, weight file, loss or corruption added there is added here too.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def canonical_backbone(name: str, known: Collection[str] = BACKBONE_NAMES) -> st
         raise KeyError(f"unknown backbone {name!r}; known: {', '.join(names)}")
     return canonical
 
+
 #: ``loss.name``: the registered losses (``dmlrepro.losses.LOSS_NAMES``)
 LOSS_NAMES: tuple[str, ...] = (
     "arcface", "asap_c1", "asap_c2", "asap_ms", "asap_triplet", "contrastive", "cosface", "cpml", "hist",
@@ -76,7 +78,6 @@ CORRUPTION_NAMES: tuple[str, ...] = ("gaussian", "uniform", "salt_and_pepper", "
 
 #: ``speed.knn_backend`` (dmlrepro.evaluation.knn)
 KNN_BACKENDS: tuple[str, ...] = ("auto", "torch", "faiss-cpu", "faiss-gpu")
-
 
 #: ``eval.nmi: true``: pytorch-metric-learning's computation (faiss, one run, arithmetic mean).
 NMI_DEFAULTS: dict[str, Any] = {"average": "arithmetic", "kmeans": "faiss", "n_init": 10}
