@@ -56,7 +56,7 @@ from dmlrepro.train import resolve_device, resolve_run_config
 from dmlrepro.train.run_data import SeededDataset, loader_generator, worker_init
 from dmlrepro.train.engine import Trainer
 from dmlrepro.train.run_evaluation import compute_embeddings
-from dmlrepro.train.runtime import available_cpus, resolve_runtime
+from dmlrepro.train.runtime import available_cpus, resolve_runtime, run_device
 from dmlrepro.train.seeding import DeterminismGuard
 
 PAPER_CONFIG = Path(__file__).resolve().parents[1] / "config" / "paper.yaml"
@@ -221,7 +221,7 @@ def release(trainer) -> None:
 
 def bench_throughput(args, root: Path, tmp: Path, source: str) -> dict:
     cfg = run_config(args, args.pipeline_loss, None, root)
-    device = resolve_device(cfg["device"])
+    device = run_device(cfg)
     with DeterminismGuard(cfg["deterministic"], cfg["threads"]), PeakMemory(device) as mem:
         trainer = build_trainer(cfg, tmp / f"pipeline_{source}")
         bad: list = []
@@ -255,7 +255,7 @@ def bench_throughput(args, root: Path, tmp: Path, source: str) -> dict:
 
 def bench_epoch(args, root: Path, tmp: Path, method: str, m: int | None) -> dict:
     cfg = run_config(args, method, m, root)
-    device = resolve_device(cfg["device"])
+    device = run_device(cfg)
     name = f"epoch_{method}" + (f"_m{m}" if m is not None else "")
     with DeterminismGuard(cfg["deterministic"], cfg["threads"]), PeakMemory(device) as mem:
         trainer = build_trainer(cfg, tmp / name)
@@ -296,7 +296,7 @@ def bench_loader(args, root: Path, tmp: Path, mode: str) -> dict:
     """Median seconds per epoch (training epoch + one evaluation pass over the training images)
     with the loaders rebuilt every time (``mode`` "rebuilt") or the engine's, built once ("persistent")."""
     cfg = run_config(args, "proxy_anchor", None, root)
-    device = resolve_device(cfg["device"])
+    device = run_device(cfg)
     name = f"loader_{mode}"
     with DeterminismGuard(cfg["deterministic"], cfg["threads"]), PeakMemory(device) as mem:
         trainer = build_trainer(cfg, tmp / name)
@@ -318,7 +318,7 @@ def bench_loader(args, root: Path, tmp: Path, mode: str) -> dict:
                 trainer.embedder.embed(eval_ds)
             else:
                 compute_embeddings(trainer.model, eval_ds, batch_size=cfg["dataset"]["eval_batch_size"],
-                                   device=device, num_workers=cfg["num_workers"], amp_dtype=trainer.amp_dtype)
+                                   device=device, num_workers=cfg["num_workers"])
             sync(device)
             times.append(time.perf_counter() - t0)
             del loader

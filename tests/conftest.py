@@ -16,14 +16,33 @@ def float64_default():
     torch.set_default_dtype(before)
 
 
+# -- the CUDA lane ---------------------------------------------------------------------------------
+#: the device of the `cuda`-marked tests: "cuda", or "cpu" to check the lane's own logic without a GPU
+LANE_DEVICE = os.environ.get("DMLREPRO_CUDA_LANE_DEVICE", "cuda")
+
+
+@pytest.fixture
+def lane_device() -> str:
+    """The device a `cuda`-marked test runs on; skipped where no GPU is visible (CI has none).
+    `DMLREPRO_CUDA_LANE_DEVICE=cpu` runs the lane on the CPU (docs/testing.md#the-cuda-lane)."""
+    if LANE_DEVICE == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU visible: the CUDA lane runs on a GPU node (benchmarks/gpu_check.sh)")
+    return LANE_DEVICE
+
+
 # -- required integration checks --------------------------------------------------------------------
 class MissingComponent(pytest.fail.Exception):
     """A real component an integration test needs (SLURM, Chromium) is missing under CI=true."""
 
 
+#: values of CI that say "not CI" (any other non-empty value is CI: true, 1, True, woodpecker, ...)
+NOT_CI = {"", "0", "false", "no", "off"}
+
+
 def in_ci() -> bool:
-    """CI sets CI=true: there every integration check is required."""
-    return os.environ.get("CI", "").strip().lower() == "true"
+    """CI sets CI (GitHub, GitLab, Travis, CircleCI, Buildkite: true; AppVeyor: True; Woodpecker:
+    woodpecker; by hand often 1): there every integration check is required."""
+    return os.environ.get("CI", "").strip().lower() not in NOT_CI
 
 
 def require(problem: str | None) -> None:
@@ -33,7 +52,8 @@ def require(problem: str | None) -> None:
     if problem is None:
         return
     if in_ci():
-        raise MissingComponent(f"CI=true and a required integration check cannot run: {problem}", pytrace=False)
+        raise MissingComponent(f"CI={os.environ['CI']} and a required integration check cannot run: {problem}",
+                               pytrace=False)
     pytest.skip(problem)
 
 

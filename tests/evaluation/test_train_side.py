@@ -9,7 +9,8 @@ import torch
 
 from dmlrepro.runs import run_id_for
 from dmlrepro.train.config import ConfigError, config_identity, resolve_run_config
-from dmlrepro.train.run_evaluation import compute_embeddings, embedding_metrics, knn_backend, metrics_device
+from dmlrepro.train.run_evaluation import compute_embeddings, embedding_metrics, knn_backend
+from dmlrepro.train.runtime import evaluation_device
 
 
 def _cfg(tmp_path, **top):
@@ -36,11 +37,16 @@ def test_knn_backend_is_a_runtime_key(tmp_path):
     assert knn_backend({"eval": {}}) == "auto"  # a config from before the key
 
 
-def test_metrics_device_falls_back_to_the_cpu(tmp_path):
-    assert metrics_device({"device": "cpu"}) == torch.device("cpu")
-    if not torch.cuda.is_available():
-        assert metrics_device({"device": "auto"}) == torch.device("cpu")
-        assert metrics_device({"device": "cuda:0"}) == torch.device("cpu")  # evaluating elsewhere
+def test_evaluation_device_takes_the_request_then_the_recorded_device_then_auto(monkeypatch):
+    cpu = torch.device("cpu")
+    assert evaluation_device("cpu", "cuda:0") == cpu
+    assert evaluation_device(None, "cpu") == cpu
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert evaluation_device(None, "cuda:0") == cpu  # trained on a GPU node, evaluated on a laptop
+    assert evaluation_device(None, "auto") == cpu  # a config.yaml written before the device was recorded
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert evaluation_device(None, "cuda:1") == torch.device("cuda:1")
+    assert evaluation_device(None, "cpu") == cpu  # the recorded CPU stays, a visible GPU or not
 
 
 class _Items(torch.utils.data.Dataset):

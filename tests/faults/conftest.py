@@ -36,6 +36,7 @@ def tiny_config(root: Path, **overrides) -> dict:
         "steps_per_epoch": 4,
         "seed": 3,
         "threads": 1,
+        "device": "cpu",  # bit-identical resumes; the CUDA lane is tests/cuda
     }
     cfg.update(copy.deepcopy(overrides))
     return cfg

@@ -44,7 +44,7 @@ def test_structure_makes_shapes():
     assert key(loss__name="proxy_anchor", loss__hparams={}) != same
     assert key(loss__hparams={"proxies_per_class": 15, "alpha": 4.0, "delta": 0.2, "alpha0_mode": "linear"}) != same
     assert key(dataset__name="sop") != same  # 11,318 classes: other proxy tensors
-    assert key(amp={"enabled": False}) != same
+    assert key(amp={"enabled": True}) != same
     assert key(warmup_epochs=1) != same
 
 

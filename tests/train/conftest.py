@@ -48,6 +48,7 @@ def tiny_config(root: Path, **overrides) -> dict:
         "steps_per_epoch": 4,
         "seed": 3,
         "threads": 1,
+        "device": "cpu",  # CPU-exact values; the CUDA lane (tests/cuda) runs its own copies on the GPU
     }
     return with_overrides(cfg, overrides)
 

@@ -46,6 +46,7 @@ def plateau_config(root, **overrides) -> dict:
         "epochs": 30,
         "seed": 0,
         "threads": 1,
+        "device": "cpu",  # CPU-exact values; the CUDA lane is tests/cuda
     }
     return with_overrides(cfg, overrides)
 
@@ -261,19 +262,21 @@ def test_the_default_trigger_leaves_run_ids_unchanged(tmp_path):
     resolved = resolve_run_config(fixed)
     assert resolved["followup"]["trigger"] == "epochs"
     # computed before followup.trigger existed, when `deterministic: true` was still part of a run's
-    # identity (it is a runtime key now: every run id changed with it, and only with it)
-    identity = {**config_identity(resolved), "deterministic": True}
+    # identity (it is a runtime key now: every run id changed with it, and only with it) and
+    # `amp.enabled` defaulted to `auto` (every run id changed with its default, docs/readings/protocols.md#proto-r9)
+    identity = {**config_identity(resolved), "deterministic": True,
+                "amp": {**resolved["amp"], "enabled": "auto"}}
     old = hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str).encode())
     assert old.hexdigest()[:10] == "542c956e6f"
-    assert config_hash(resolved) == "4e40af01c5"
+    assert config_hash(resolved) == "19958bde24"  # the id since amp.enabled defaults to false
     for ident in (without_late_defaults(resolved), config_identity(resolved)):
         assert "trigger" not in ident["followup"]
     explicit = copy.deepcopy(fixed)
     explicit["followup"]["trigger"] = "epochs"
-    assert config_hash(resolve_run_config(explicit)) == "4e40af01c5"
+    assert config_hash(resolve_run_config(explicit)) == "19958bde24"
     plateau = copy.deepcopy(fixed)
     plateau["followup"]["trigger"] = "plateau"
-    assert config_hash(resolve_run_config(plateau)) != "4e40af01c5"
+    assert config_hash(resolve_run_config(plateau)) != "19958bde24"
     assert config_identity(resolve_run_config(plateau))["followup"]["trigger"] == "plateau"
 
 

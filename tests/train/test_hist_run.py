@@ -14,6 +14,7 @@ from dmlrepro.train import read_checkpoint, resolve_run_config, train_run
 from dmlrepro.train.checkpoint import checkpoint_name
 from dmlrepro.train.engine import _stored_yaml, _Trainer
 from dmlrepro.train.preemption import StopFlag
+from dmlrepro.train.runtime import resolve_runtime
 
 HIST = {"name": "hist", "hparams": {"tau": 16.0, "alpha": 1.1, "hgnn_hidden": 32, "hgnn_lr_factor": 5.0}}
 
@@ -25,7 +26,7 @@ def hist_config(tiny, **overrides):
 
 
 def test_hgnn_group_follows_the_backbone_lr_times_the_factor(tiny, tmp_path):
-    cfg = resolve_run_config(hist_config(tiny))
+    cfg = resolve_runtime(resolve_run_config(hist_config(tiny)), torch.device("cpu"))
     t = _Trainer(cfg, _stored_yaml(cfg), tmp_path, False, StopFlag())
     groups = {g["name"]: g for g in t.optimizer.param_groups}
     assert set(groups) == {"backbone", "head", "loss", "loss.hgnn"}

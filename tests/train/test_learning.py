@@ -16,7 +16,8 @@ from dmlrepro.train import train_run
 pytestmark = pytest.mark.slow
 
 COMMON = {"model": {"backbone": "tiny_cnn", "embedding_size": 64, "l2_normalize": True},
-          "eval": {"every": 0, "before_training": True, "distance": "cosine"}, "seed": 0, "threads": 2}
+          "eval": {"every": 0, "before_training": True, "distance": "cosine"}, "seed": 0, "threads": 2,
+          "device": "cpu"}  # CPU-exact thresholds (the CUDA lane: tests/train/test_cuda_lane.py)
 
 
 def _check(res, out):

@@ -19,11 +19,12 @@ from dmlrepro.train.engine import _stored_yaml, _Trainer
 from dmlrepro.train.model_and_loss import build_run_model
 from dmlrepro.train.optim import group_lrs
 from dmlrepro.train.preemption import StopFlag
+from dmlrepro.train.runtime import resolve_runtime
 from dmlrepro.train.seeding import seed_everything
 
 
 def _trainer(cfg: dict, tmp_path: Path) -> _Trainer:
-    cfg = resolve_run_config(cfg)
+    cfg = resolve_runtime(resolve_run_config(cfg), torch.device("cpu"))
     return _Trainer(cfg, _stored_yaml(cfg), tmp_path, False, StopFlag())
 
 

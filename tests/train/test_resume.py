@@ -67,16 +67,19 @@ def _assert_identical(ref_dir, run_dir):
     assert [r[:sec] + r[sec + 1:] for r in la] == [r[:sec] + r[sec + 1:] for r in lb]
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, data_root):
-    from .conftest import tiny_config
-
-    tmp = tmp_path_factory.mktemp("ref")
-    cfg = tiny_config(data_root, **OVERRIDES)
+def _reference_run(tmp, cfg):
+    """(cfg, run folder) of an uninterrupted run in its own process."""
     out = tmp / "run"
     res = run_cli(["train", _write_config(tmp, cfg), str(out), "--no-progress"])
     assert res.returncode == 0, res.stderr
     return cfg, out
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, data_root):
+    from .conftest import tiny_config
+
+    return _reference_run(tmp_path_factory.mktemp("ref"), tiny_config(data_root, **OVERRIDES))
 
 
 def test_sigkill_at_several_points_resumes_bit_for_bit(reference, tmp_path):
@@ -151,3 +154,25 @@ def test_uninterrupted_rerun_is_identical_and_finished_run_is_not_retrained(refe
     r = run_cli(["train", conf, str(out), "--no-progress"])
     assert r.returncode == 0 and "already finished" in r.stdout
     assert (out / "metrics.json").read_text() == before
+
+
+@pytest.fixture(scope="module")
+def dropout_reference(tmp_path_factory, data_root):
+    """An uninterrupted run whose steps draw from the global generators (dropout on the trunk's
+    pooled features): a resume that does not restore them trains on other dropout masks."""
+    from .conftest import tiny_config
+
+    cfg = tiny_config(data_root, model__backbone_kwargs__drop_rate=0.3, **OVERRIDES)
+    return _reference_run(tmp_path_factory.mktemp("ref-dropout"), cfg)
+
+
+def test_resume_restores_the_random_generators(dropout_reference, tmp_path):
+    cfg, ref = dropout_reference
+    conf, out = _write_config(tmp_path, cfg), tmp_path / "run"
+    # SIGTERM after step 2 of epoch 2 (epoch 1 is the warm-up, whose frozen trunk draws nothing)
+    r = run_cli(["train", conf, str(out), "--no-progress"], {"DMLREPRO_TEST_SIGNAL_AFTER_STEPS": "6"})
+    assert r.returncode == EXIT_INTERRUPTED, r.stderr
+    r = run_cli(["train", conf, str(out), "--no-progress"])
+    assert r.returncode == 0, r.stderr
+    assert "resuming from " + checkpoint_name(2, 2) in r.stdout
+    _assert_identical(ref, out)

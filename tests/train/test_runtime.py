@@ -216,11 +216,13 @@ def test_cuda_rng_states_of_more_gpus_than_visible(monkeypatch, capsys):
     assert restored == [(7, 0)]
 
 
-def test_pfml_pair_search_auto_by_device_and_memory_budget():
-    """`auto` is dense up to 2^14 pairs a block on the CPU and up to a memory budget of 2^28 bytes
-    (16 bytes a pair: 2^24 pairs) on a GPU; both modes give the same loss (tests/losses/test_neighbour_list.py)."""
-    from dmlrepro.losses import PFMLLoss
+def test_pfml_pair_search_auto_by_device_and_memory_budget(monkeypatch):
+    """`auto` is dense up to 2^14 pairs a block on the CPU and, on a GPU of 2 GiB (budget 2^28 bytes,
+    tests/losses/test_pair_memory_budget.py), up to 2^24 pairs of 16 bytes; both modes give the same
+    loss (tests/losses/test_neighbour_list.py)."""
+    from dmlrepro.losses import PFMLLoss, potential_field
 
+    monkeypatch.setattr(potential_field, "device_memory", lambda device: 2 * 2**30)
     loss = PFMLLoss(10, 4, 2, delta=0.5)
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
     assert not loss._sparse(2**14, 2**14, cpu) and loss._sparse(2**14 + 1, 2**14, cpu)

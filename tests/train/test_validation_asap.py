@@ -43,6 +43,7 @@ def asap_config(root, **overrides) -> dict:
         "epochs": 24,
         "seed": 0,
         "threads": 1,
+        "device": "cpu",  # CPU-exact values; the CUDA lane is tests/cuda
     }
     return with_overrides(cfg, overrides)
 

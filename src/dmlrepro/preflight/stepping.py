@@ -182,15 +182,14 @@ def evaluate_small(trainer) -> float:
     n = cfg["dataset"]["eval_batch_size"]
     queries = _subset(trainer.test_ds, range(min(n, len(trainer.test_ds))))
     start = time.perf_counter()
-    emb, labels, _ = compute_embeddings(trainer.model, queries, batch_size=n, device=trainer.device,
-                                        amp_dtype=trainer.amp_dtype)
+    emb, labels, _ = compute_embeddings(trainer.model, queries, batch_size=n, device=trainer.device)
     seconds = time.perf_counter() - start
     gallery = None
     if trainer.gallery_ds is not None:
         wanted = set(labels.tolist())
         rows = [i for i, label in enumerate(trainer.gallery_ds.labels) if int(label) in wanted][:n]
         g_emb, g_labels, _ = compute_embeddings(trainer.model, _subset(trainer.gallery_ds, rows), batch_size=n,
-                                                device=trainer.device, amp_dtype=trainer.amp_dtype)
+                                                device=trainer.device)
         gallery = (g_emb, g_labels)
     if embedding_metrics(emb, labels, cfg, gallery) is None:
         raise FloatingPointError("the evaluation's embeddings are not finite")

@@ -12,6 +12,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from dmlrepro.environment_lock import lock_record
+
 from .timing import timing_metrics
 
 PACKAGES = ("dmlrepro", "torch", "torchvision", "timm", "pytorch-metric-learning", "faiss-cpu", "faiss-gpu-cu12",
@@ -59,8 +61,9 @@ def provenance(repo: str | Path, runs: Sequence[Mapping[str, Any]],
         "commit": git_commit(repo),
         "python": platform.python_version(),
         "packages": package_versions(),
+        "lock": lock_record(repo),  # requirements.lock's pins and how this environment differs (docs/environment.md)
         "report_device": device_description(),
-        "runs": [{**r, "config_hash": r["run_id"].rsplit("-", 1)[-1]} for r in runs],
+        "runs": [{**UNRECORDED_PRECISION, **r, "config_hash": r["run_id"].rsplit("-", 1)[-1]} for r in runs],
         "hours_per_experiment": {name: sum(hours.get(i, 0.0) for i in ids) for name, ids in experiments.items()},
         "total_hours": sum(hours.values()),
     }
@@ -78,19 +81,29 @@ def projected_hours(preflight: str | Path | None) -> dict[str, Any]:
             "preflight_device": f"{device.get('name')} ({device.get('device')})"}
 
 
+#: a run from before metrics.json recorded its precisions (docs/readings/protocols.md#proto-r9)
+UNRECORDED_PRECISION = {"train_precision": "not recorded", "eval_precision": "not recorded"}
+
 #: the file in each report section's folder that lists the section's runs for the provenance table
 SECTION_RUNS = "runs.json"
 
 
 def section_runs(runs: Sequence[Mapping[str, Any]], metrics_files: Sequence[str | Path],
                  train_logs: Sequence[str | Path]) -> list[dict[str, Any]]:
-    """One experiment's runs as the provenance table lists them: run_id, method, dataset, seed, device,
-    epochs (from each run's resolved `config`), status (metrics.json) and train_hours (train_log.csv)."""
-    return [{"run_id": run["run_id"], "method": run["method"], "dataset": run["dataset"], "seed": run["seed"],
-             "device": run["config"]["device"], "epochs": run["config"]["epochs"],
-             "status": json.loads(Path(metrics).read_text()).get("status"),
-             "train_hours": timing_metrics(log).get("train_hours", 0.0)}
-            for run, metrics, log in zip(runs, metrics_files, train_logs, strict=True)]
+    """One experiment's runs as the provenance table lists them: run_id, method, dataset, seed, epochs
+    (from each run's resolved `config`), status, device and training / evaluation precision
+    (metrics.json; the config's device for a run recorded before the precision was) and
+    train_hours (train_log.csv)."""
+    out = []
+    for run, metrics, log in zip(runs, metrics_files, train_logs, strict=True):
+        record = json.loads(Path(metrics).read_text())
+        precision = record.get("precision") or {}
+        out.append({"run_id": run["run_id"], "method": run["method"], "dataset": run["dataset"], "seed": run["seed"],
+                    "device": precision.get("device", run["config"]["device"]), "epochs": run["config"]["epochs"],
+                    **UNRECORDED_PRECISION, **{f"{k}_precision": precision[k] for k in ("train", "eval") if k in precision},
+                    "status": record.get("status"),
+                    "train_hours": timing_metrics(log).get("train_hours", 0.0)})
+    return out
 
 
 def collect_section_runs(sections: Mapping[str, str | Path]) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:

@@ -220,9 +220,10 @@ KEYS: tuple[Key, ...] = (
         "first runs out (RSW App. D, below). Needs `validation.split` and `validation.patience`, not with "
         "`asap.enabled`", late=True),
     # -- run control
-    Key("amp.enabled", "auto", Flag(auto=True),
-        "mixed precision: `auto` = on for CUDA, off on CPU; `true` = on for either device (the CPU autocasts too, "
-        "[Mixed precision](#mixed-precision-cuda-and-cpu))"),
+    Key("amp.enabled", False, Flag(auto=True),
+        "mixed precision of the training steps: `false` = float32 on every device "
+        "([PROTO-R9](readings/protocols.md#proto-r9)); `auto` = on for CUDA, off on CPU; `true` = on for either "
+        "device (the CPU autocasts too); evaluation is always float32 ([Mixed precision](#mixed-precision-cuda-and-cpu))"),
     Key("amp.dtype", "bfloat16", Choice(("bfloat16", "float16")),
         "`float16` runs with a GradScaler, saved in the checkpoint"),
     Key("epochs", 3, Number(integer=True, low=1), "number of epochs"),
@@ -331,7 +332,9 @@ KEYS: tuple[Key, ...] = (
     Key("checkpoint.keep", 2, Number(integer=True, low=1), "checkpoints kept"),
     Key("divergence.check_grads", True, Flag(),
         "also stop on non-finite gradients (not with float16 AMP, where the GradScaler skips such steps)"),
-    Key("device", "auto", Custom(device_name, "`auto`, `cpu`, `cuda`, `cuda:N`"), "where the run trains", runtime=True),
+    Key("device", "auto", Custom(device_name, "`auto`, `cpu`, `cuda`, `cuda:N`"),
+        "where the run trains and evaluates: `auto` = CUDA where a GPU is visible, decided once when the run starts "
+        "(config.yaml records the device used)", runtime=True),
     Key("num_workers", 0, Custom(worker_count, "integer ≥ 0, or `auto`"),
         "DataLoader workers (does not change the numbers); `auto`: the CPUs this process may use less one "
         "([CPUs and workers](#cpus-and-workers))", runtime=True),

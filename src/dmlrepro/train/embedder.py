@@ -1,6 +1,6 @@
-"""One :class:`Embedder` per run: embeds datasets with the run's device, autocast dtype,
-evaluation batch size and loader workers, for test evaluation, validation, proxy metrics and
-ASAP's k-Center pools.
+"""One :class:`Embedder` per run: embeds datasets with the run's device, evaluation batch size
+and loader workers, for test evaluation, validation, proxy metrics and ASAP's k-Center pools,
+always in float32 whatever the run trains in (:func:`~dmlrepro.train.precision.float32_inference`).
 
 Each dataset gets one DataLoader for the whole run (persistent workers when ``num_workers`` > 0):
 its batch sampler is a :class:`_Feed` whose batches are set before each pass, so a pass costs no
@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler
 from tqdm import tqdm
 
+from .precision import float32_inference
 from .run_data import SeededDataset, loader_generator, worker_init
 
 
@@ -40,9 +41,9 @@ class _Feed(Sampler):
 class Embedder:
     """Embeddings of a run's model (eval mode: BN in inference mode) over whole datasets or index lists."""
 
-    def __init__(self, model, device: torch.device, *, amp_dtype: torch.dtype | None = None, batch_size: int,
-                 num_workers: int = 0, progress: bool = False, stop: Any = None):
-        self.model, self.device, self.amp_dtype = model, device, amp_dtype
+    def __init__(self, model, device: torch.device, *, batch_size: int, num_workers: int = 0,
+                 progress: bool = False, stop: Any = None):
+        self.model, self.device = model, device
         self.batch_size, self.num_workers, self.progress, self.stop = int(batch_size), int(num_workers), progress, stop
         self._loaders: dict[int, tuple[Any, DataLoader, _Feed]] = {}
 
@@ -58,7 +59,6 @@ class Embedder:
         self._loaders[id(ds)] = (ds, loader, feed)
         return loader, feed
 
-    @torch.no_grad()
     def _run(self, ds, batches, desc: str, on_device: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         loader, feed = self._loader(ds)
         feed.batches = batches
@@ -68,8 +68,7 @@ class Embedder:
         out, labels = [], []
         try:
             for x, y, _ in tqdm(loader, desc=desc, disable=not self.progress, leave=False, dynamic_ncols=True):
-                with torch.autocast(self.device.type, dtype=self.amp_dtype or torch.float32,
-                                    enabled=self.amp_dtype is not None):
+                with float32_inference(self.device):
                     z = model(x.to(self.device, non_blocking=True))
                 out.append(z.float() if on_device else z.float().cpu())
                 labels.append(y)

@@ -60,7 +60,8 @@ from .run_data import (SeededBatchSampler, SeededDataset, build_batch_sampler, b
                        build_train_eval, build_validation, loader_generator, open_manifest, worker_init)
 from .run_evaluation import corruption_metrics, final_metrics
 from .runlock import _LOCK_FILE, _lock_file, _run_lock  # noqa: F401 (tests and tools use them here)
-from .runtime import apply_speed, available_cpus, resolve_device, resolve_runtime, restore_speed
+from .precision import EVAL_PRECISION, precision_name, training_amp_dtype
+from .runtime import apply_speed, available_cpus, resolve_device, resolve_runtime, restore_speed, run_device
 from .seeding import DeterminismGuard, loss_seed, rng_state, seed_everything, set_rng_state
 from .state import RunDir, TrainState
 from .stepper import Stepper
@@ -99,6 +100,7 @@ def train_run(config: dict, outdir: str | os.PathLike, *, progress: bool | None 
     """
     cfg = resolve_run_config(config)
     outdir = Path(outdir)
+    fresh = not outdir.exists()  # a start that fails before a checkpoint removes the folder it made
     try:
         outdir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -106,8 +108,15 @@ def train_run(config: dict, outdir: str | os.PathLike, *, progress: bool | None 
         kind = "is a file" if blocker.is_file() else "is not writable"
         raise ConfigError(f"OUTDIR {outdir}: cannot create the run folder ({error.strerror}; {blocker} {kind}); "
                           f"expected a writable folder path") from error
-    with _run_lock(outdir):
-        return _train_locked(cfg, outdir, progress)
+    try:
+        with _run_lock(outdir):
+            return _train_locked(cfg, outdir, progress)
+    except BaseException:
+        if fresh and not any(RunDir(outdir).checkpoints.glob("*")):
+            from dmlrepro.atomic import remove_path  # noqa: PLC0415 (only a failed start needs it)
+
+            remove_path(outdir)
+        raise
 
 
 def _train_locked(cfg: dict, outdir: Path, progress: bool | None) -> dict[str, Any]:
@@ -196,11 +205,8 @@ class Trainer:
         self.cfg, self.stored_cfg, self.progress, self.stop = cfg, stored_cfg, progress, stop
         self.rundir = RunDir(outdir)
         self.outdir, self.ckdir = self.rundir.root, self.rundir.checkpoints
-        self.device = resolve_device(cfg["device"])
-        amp = cfg["amp"]
-        # autocast on CUDA and on the CPU alike (bfloat16, or float16 with the GradScaler)
-        use_amp = (amp["enabled"] == "auto" and self.device.type == "cuda") or amp["enabled"] is True
-        self.amp_dtype = getattr(torch, amp["dtype"]) if use_amp else None
+        self.device = run_device(cfg)  # resolved once, by resolve_runtime
+        self.amp_dtype = training_amp_dtype(cfg, self.device)  # training only: evaluation is float32
         seed_everything(cfg["seed"])  # model init from the run's seed (a bad model config fails before the data)
         self.model = build_run_model(cfg)
         self._build_data()
@@ -255,9 +261,8 @@ class Trainer:
     def _build_hooks(self) -> None:
         """The Embedder and the after-epoch hooks: validation (with ASAP's projections), test evaluation."""
         cfg = self.cfg
-        self.embedder = Embedder(self.model, self.device, amp_dtype=self.amp_dtype,
-                                 batch_size=cfg["dataset"]["eval_batch_size"], num_workers=cfg["num_workers"],
-                                 progress=self.progress, stop=self.stop)
+        self.embedder = Embedder(self.model, self.device, batch_size=cfg["dataset"]["eval_batch_size"],
+                                 num_workers=cfg["num_workers"], progress=self.progress, stop=self.stop)
         self.projections = (Projections(cfg, model=self.model, loss=self.loss, optimizer=self.optimizer,
                                         embedder=self.embedder, train_ds=self.train_ds,
                                         train_eval_ds=self.train_eval_ds, labelmap=self.labelmap)
@@ -342,7 +347,7 @@ class Trainer:
                               f"autocast {state['amp_dtype']}, now {self.amp_dtype}; delete {self.ckdir} to restart")
         _say(f"amp.enabled = auto: keeping the checkpoint's autocast dtype {state['amp_dtype'] or 'off (float32)'} "
              f"on {self.device} (it trained with it)")
-        self.amp_dtype = self.embedder.amp_dtype = saved
+        self.amp_dtype = saved
         self.stepper.set_amp(saved)
 
     # -- main loop ---------------------------------------------------------------------------
@@ -588,12 +593,18 @@ class Trainer:
                 if best.is_file():
                     os.replace(best, final)
         epoch = self._final_epoch(select, last_epoch)
-        extra = {"status": "completed", "epoch": epoch, "diverged_at": None,
+        extra = {"status": "completed", "epoch": epoch, "diverged_at": None, "precision": self.precision(),
                  **common_fields(self.cfg, self.state), **self._final_extras(last_epoch)}
         write_final_proxies(self.rundir, self.loss, self.labelmap.classes)  # the report's, before metrics.json
         res = final_metrics(self.outdir, self.cfg, extra)
         _say(f"completed: epoch {epoch} test recall@1 = {res['metrics']['recall@1']:.4f} ({self.outdir})")
         return res
+
+    def precision(self) -> dict[str, str]:
+        """metrics.json's `precision`: the device and the training and evaluation precisions."""
+        tf32 = bool(self.cfg["speed"]["tf32"])
+        return {"device": str(self.device), "train": precision_name(self.amp_dtype, self.device, tf32),
+                "eval": EVAL_PRECISION}
 
     def _final_epoch(self, select: str, last_epoch: int) -> int:
         """The epoch of the selected model's saved test embeddings (computed again when missing)."""
@@ -628,8 +639,7 @@ class Trainer:
             extra["proxy_metrics"] = logged if logged is not None else self._proxy_metrics()
         if self.cfg["eval"]["corruptions"]:  # RSW Table IV: the final model on corrupted test images
             extra["corruption_metrics"] = corruption_metrics(self.model, self.cfg, self.manifest, device=self.device,
-                                                             amp_dtype=self.amp_dtype, progress=self.progress,
-                                                             stop=self.stop)
+                                                             progress=self.progress, stop=self.stop)
         if self.validation is not None:
             extra["validation"] = self.validation.summary()
         return extra
@@ -649,7 +659,7 @@ class Trainer:
         self._write_log()
         if self.validation is not None:
             self.validation.write_log()
-        record = diverged_record(self.cfg, st, info)
+        record = {**diverged_record(self.cfg, st, info), "precision": self.precision()}
         write_json_atomic(self.rundir.metrics, record)
         _say(f"diverged: non-finite {info['what']} at epoch {info['epoch']} step {info['step']}; "
              f"last finite evaluation: epoch {record['epoch']} ({self.rundir.metrics})")

@@ -21,23 +21,23 @@ from dmlrepro.evaluation import (evaluate_embeddings_file, retrieval_metrics, re
                                  save_embeddings)
 from dmlrepro.evaluation.clustering import nmi_from_config
 
-from .checkpoint import load_latest, read_checkpoint
+from .checkpoint import CheckpointError, list_checkpoints, read_checkpoint
 from .config import corruption_suffix, load_run_config, resolve_run_config
 from .embedder import EmbeddingInterrupted
 from .model_and_loss import build_run_model
+from .precision import float32_inference
 from .run_data import build_datasets, build_gallery, build_test_corrupted, loader_generator, open_manifest, worker_init
-from .runtime import resolve_device
+from .runtime import evaluation_device, run_device
 from .state import EMBEDDINGS_FILE, RunDir
 
 log = logging.getLogger(__name__)
 
 
-@torch.no_grad()
 def compute_embeddings(model, ds, *, batch_size: int, device: torch.device, num_workers: int = 0,
-                       amp_dtype: torch.dtype | None = None, progress: bool = False, desc: str = "embed",
-                       on_device: bool = False, stop: Any = None):
-    """Embeddings (float32 numpy; with ``on_device`` a float32 tensor left on ``device``, for the
-    metrics to search there), labels and manifest rows of every item of ``ds``, in order. A true
+                       progress: bool = False, desc: str = "embed", on_device: bool = False, stop: Any = None):
+    """Embeddings computed in float32 (:func:`~dmlrepro.train.precision.float32_inference`; numpy,
+    or with ``on_device`` a tensor left on ``device``, for the metrics to search there), labels
+    and manifest rows of every item of ``ds``, in order. A true
     `stop` (the run's stop flag) after a batch abandons the pass: :class:`EmbeddingInterrupted`."""
     was_training = model.training
     model.eval()
@@ -47,7 +47,7 @@ def compute_embeddings(model, ds, *, batch_size: int, device: torch.device, num_
     out, labels = [], []
     try:
         for x, y, _ in tqdm(loader, desc=desc, disable=not progress, leave=False, dynamic_ncols=True):
-            with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+            with float32_inference(device):
                 z = model(x.to(device, non_blocking=True))
             out.append(z.float() if on_device else z.float().cpu())
             labels.append(y)
@@ -88,15 +88,6 @@ def knn_backend(cfg: dict[str, Any]) -> str:
     return (cfg.get("speed") or {}).get("knn_backend", "auto")
 
 
-def metrics_device(cfg: dict[str, Any]) -> torch.device:
-    """Where saved embeddings are searched: the run's device, or the CPU where it has no GPU (the
-    metrics are the same on every device, docs/evaluation.md#backends)."""
-    name = cfg.get("device", "auto")
-    if name == "auto" or (str(name).startswith("cuda") and not torch.cuda.is_available()):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 def _all_finite(x) -> bool:
     return bool(torch.isfinite(x).all()) if torch.is_tensor(x) else bool(np.isfinite(x).all())
 
@@ -109,8 +100,7 @@ def _host(x):
 CORRUPTION_SEED = 0
 
 
-def corruption_metrics(model, cfg: dict[str, Any], manifest, *, device: torch.device,
-                       amp_dtype: torch.dtype | None = None, progress: bool = False,
+def corruption_metrics(model, cfg: dict[str, Any], manifest, *, device: torch.device, progress: bool = False,
                        stop: Any = None) -> dict[str, float | None]:
     """Test metrics of `model` with every test image corrupted by each `eval.corruptions` entry
     (RSW Table IV: train clean, evaluate corrupted), flat: `<metric>@<name>_<severity>` (e.g.
@@ -125,7 +115,7 @@ def corruption_metrics(model, cfg: dict[str, Any], manifest, *, device: torch.de
         corruption = build_corruption(item["name"], severity=item["severity"], seed=CORRUPTION_SEED)
         ds = build_test_corrupted(cfg["dataset"], manifest, model, corruption, ds)
         emb, labels, _ = compute_embeddings(model, ds, batch_size=cfg["dataset"]["eval_batch_size"], device=device,
-                                            num_workers=cfg["num_workers"], amp_dtype=amp_dtype, progress=progress,
+                                            num_workers=cfg["num_workers"], progress=progress,
                                             desc=f"eval test, {corruption_suffix(item)}", on_device=True, stop=stop)
         metrics = embedding_metrics(emb, labels, cfg, with_nmi=False)
         suffix = corruption_suffix(item)
@@ -135,12 +125,14 @@ def corruption_metrics(model, cfg: dict[str, Any], manifest, *, device: torch.de
 
 
 def final_metrics(outdir: Path, cfg: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    """metrics.json content from the saved embeddings, merged with the run's record ``extra``."""
+    """metrics.json content from the saved embeddings (searched on the run's resolved device; the
+    metrics are the same on every device, docs/evaluation.md#backends), merged with the run's
+    record ``extra``."""
     e, rundir = cfg["eval"], RunDir(outdir)
     gallery = rundir.embeddings(gallery=True) if cfg["dataset"]["gallery_split"] else None
     res = evaluate_embeddings_file(rundir.embeddings(), None, ks=tuple(e["ks"]), distance=e["distance"],
                                    nmi=e["nmi"], nmi_seed=cfg["seed"], gallery_path=gallery,
-                                   device=metrics_device(cfg), backend=knn_backend(cfg),
+                                   device=run_device(cfg), backend=knn_backend(cfg),
                                    normalize=e.get("normalize", "none"))
     res.update(extra)
     write_json_atomic(rundir.metrics, res)
@@ -155,42 +147,64 @@ def evaluate_run(outdir, *, device: str | None = None, progress: bool | None = N
     outdir = Path(outdir)
     rundir = RunDir(outdir)
     cfg = resolve_run_config(load_run_config(rundir.config))
+    dev = evaluation_device(device, cfg["device"])
+    cfg["device"] = str(dev)
     mpath = rundir.metrics
     record = json.loads(mpath.read_text()) if mpath.is_file() else {}
     if record.get("status") == "diverged":
         log.info("%s: the run diverged; its recorded metrics are kept", outdir)
         return record
-    emb_path = rundir.embeddings()
-    if not emb_path.is_file():
-        ckdir = rundir.checkpoints
-        best_file = rundir.best_model(cfg["eval"]["select"]) if cfg["eval"]["select"] in ("best_test", "best_val") else None
-        if best_file and best_file.is_file():
-            state = read_checkpoint(best_file)
-            model_state, epoch = state["model"], state["epoch"]
-        else:
-            found = load_latest(ckdir)
-            if found is None or found[0]["position"]["epoch"] <= cfg["epochs"]:
-                raise FileNotFoundError(f"{outdir}: no {EMBEDDINGS_FILE} and no final checkpoint; "
-                                        f"run `dmlrepro train {rundir.config} {outdir}` first")
-            model_state, epoch = found[0]["model"], cfg["epochs"]
-        dev = resolve_device(device or cfg["device"])
-        model = build_run_model(cfg)
-        model.load_state_dict(model_state)
-        model.to(dev)
-        manifest = open_manifest(cfg["dataset"])
-        _, test_ds, _ = build_datasets(cfg["dataset"], manifest, model)
-        meta = {"epoch": int(epoch), "select": cfg["eval"]["select"], "source": "evaluate_run"}
-        sets = [(test_ds, emb_path, cfg["dataset"]["test_split"])]
-        gallery_ds = build_gallery(cfg["dataset"], manifest, model)
-        if gallery_ds is not None:
-            sets.append((gallery_ds, rundir.embeddings(gallery=True), cfg["dataset"]["gallery_split"]))
-        for ds, path, split in sets:
-            emb, labels, rows = compute_embeddings(model, ds, batch_size=cfg["dataset"]["eval_batch_size"],
-                                                   device=dev, num_workers=cfg["num_workers"],
-                                                   progress=bool(progress))
-            save_embeddings(path, emb, labels, rows, split=split, meta=meta)
+    if not rundir.embeddings().is_file():
+        model_state, epoch = _selected_model(rundir, cfg, record)
+        _embed_test_sets(rundir, cfg, model_state, epoch, dev, bool(progress))
         record.setdefault("epoch", int(epoch))
     keep = {k: v for k, v in record.items() if k not in ("metrics", "num_items", "num_queries",
                                                           "num_excluded_queries", "embeddings_file")}
     keep.setdefault("status", "completed")
     return final_metrics(outdir, cfg, keep)
+
+
+def _embed_test_sets(rundir: RunDir, cfg: dict[str, Any], model_state: dict[str, Any], epoch: int,
+                     device: torch.device, progress: bool) -> None:
+    """The test (and gallery) embedding files of the model with weights `model_state`."""
+    model = build_run_model(cfg)
+    model.load_state_dict(model_state)
+    model.to(device)
+    manifest = open_manifest(cfg["dataset"])
+    _, test_ds, _ = build_datasets(cfg["dataset"], manifest, model)
+    meta = {"epoch": int(epoch), "select": cfg["eval"]["select"], "source": "evaluate_run"}
+    sets = [(test_ds, rundir.embeddings(), cfg["dataset"]["test_split"])]
+    gallery_ds = build_gallery(cfg["dataset"], manifest, model)
+    if gallery_ds is not None:
+        sets.append((gallery_ds, rundir.embeddings(gallery=True), cfg["dataset"]["gallery_split"]))
+    for ds, path, split in sets:
+        emb, labels, rows = compute_embeddings(model, ds, batch_size=cfg["dataset"]["eval_batch_size"], device=device,
+                                               num_workers=cfg["num_workers"], progress=progress)
+        save_embeddings(path, emb, labels, rows, split=split, meta=meta)
+
+
+def _selected_model(rundir: RunDir, cfg: dict[str, Any], record: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """(weights, epoch) of the model a run reports: its best model for ``best_test`` / ``best_val``,
+    else the final checkpoint, read without renaming any. Neither left: FileNotFoundError, and a
+    metrics.json saying "completed" is removed (nothing supports its numbers any more)."""
+    select = cfg["eval"]["select"]
+    best_file = rundir.best_model(select) if select in ("best_test", "best_val") else None
+    if best_file and best_file.is_file():
+        state = read_checkpoint(best_file)
+        return state["model"], state["epoch"]
+    found, unreadable = None, []
+    for path in reversed(list_checkpoints(rundir.checkpoints)):
+        try:
+            found = read_checkpoint(path)
+            break
+        except (CheckpointError, OSError) as error:
+            unreadable.append(f"{path.name}: {error}")
+    if found is not None and found["position"]["epoch"] > cfg["epochs"]:
+        return found["model"], cfg["epochs"]
+    stale = record.get("status") == "completed"
+    if stale:
+        rundir.metrics.unlink()
+    damaged = f" (unreadable: {'; '.join(unreadable)})" if unreadable else ""
+    raise FileNotFoundError(f"{rundir.root}: no {EMBEDDINGS_FILE} and no final checkpoint{damaged}"
+                            f"{'; its metrics.json removed' if stale else ''}; "
+                            f"run `dmlrepro train {rundir.config} {rundir.root}` first")

@@ -36,9 +36,12 @@ def available_cpus() -> int:
 
 
 def resolve_runtime(cfg: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    """A copy of the resolved run config with ``num_workers``, ``threads`` and ``deterministic``
-    made concrete for this process and ``device`` (written to the run's config.yaml: what it used)."""
+    """A copy of the resolved run config with ``device``, ``num_workers``, ``threads`` and
+    ``deterministic`` made concrete for this process and ``device`` (written to the run's
+    config.yaml: what it used). The one place a run's ``device: auto`` is decided: everything
+    after it reads :func:`run_device`."""
     out = copy.deepcopy(cfg)
+    out["device"] = str(device)
     if out["num_workers"] == "auto":
         budget = min(available_cpus(), out["threads"] or available_cpus())
         out["num_workers"] = max(0, budget - MAIN_PROCESS_CPUS)
@@ -71,3 +74,21 @@ def resolve_device(name: str) -> torch.device:
         raise ConfigError(f"run config: device = {name!r}: expected a device that exists (no CUDA GPU is visible); "
                           f"use 'auto' or 'cpu'")
     return dev
+
+
+def run_device(cfg: dict[str, Any]) -> torch.device:
+    """The device :func:`resolve_runtime` chose for this run config."""
+    if cfg["device"] == "auto":
+        raise ValueError("run config: device = 'auto' is not resolved yet; resolve_runtime(cfg, resolve_device(...)) "
+                         "decides it once per run")
+    return torch.device(cfg["device"])
+
+
+def evaluation_device(requested: str | None, recorded: str) -> torch.device:
+    """Where ``dmlrepro evaluate`` embeds and searches: the `requested` device, else the one the run
+    recorded in its config.yaml where this machine has it, else ``auto`` here."""
+    if requested:
+        return resolve_device(requested)
+    if recorded != "auto" and (not recorded.startswith("cuda") or torch.cuda.is_available()):
+        return torch.device(recorded)
+    return resolve_device("auto")

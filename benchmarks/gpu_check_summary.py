@@ -1,0 +1,98 @@
+"""The GPU check's summary (benchmarks/gpu_check.sh): the step outputs of WORK -> gpu_check.json and
+gpu_check.md in RET. Usage: gpu_check_summary.py WORK RET"""
+
+from __future__ import annotations
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+
+def _json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _junit(path: Path) -> dict | None:
+    """passed / failed / errors / skipped of a pytest --junitxml file."""
+    try:
+        suites = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for suite in suites.iter("testsuite"):
+        for key in counts:
+            counts[key] += int(suite.get(key, 0))
+    counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    return counts
+
+
+def _cases(path: Path) -> list[dict]:
+    doc = _json(path)
+    return doc["cases"] if doc else []
+
+
+def summary(work: Path) -> dict:
+    steps = [json.loads(line) for line in (work / "steps.jsonl").read_text().splitlines()] \
+        if (work / "steps.jsonl").is_file() else []
+    preflight = _json(work / "preflight.json")
+    return {
+        "probe": _json(work / "probe.json"),
+        "steps": steps,
+        "cuda_lane": _junit(work / "cuda_lane.xml"),
+        "lane_measurements": {p.stem: _json(p) for p in sorted((work / "lane").glob("*.json"))},
+        "suite_device_auto": _junit(work / "suite_device_auto.xml"),
+        "pipeline_all_cpus": _cases(work / "pipeline_all.json"),
+        "pipeline_8_cpus": _cases(work / "pipeline_8cpu.json"),
+        "epoch": _cases(work / "epoch.json"),
+        "device_pipeline": _json(work / "device_pipeline.json"),
+        "preflight": None if preflight is None else {
+            "configs": preflight["configs"], "total_hours": preflight["total_hours"],
+            "over_budget": preflight["over_budget"]},
+    }
+
+
+def _ratio_rows(title: str, cases: list[dict]) -> list[str]:
+    return [f"| {title}: {c['case']} | {c.get('images_per_s', 0):,.0f} img/s"
+            + (f", {c['ratio_to_anchor']:.3f} of {c['anchor']} (target {c['target']})" if c.get("anchor") else "")
+            + " |" for c in cases]
+
+
+def markdown(doc: dict, work: Path) -> str:
+    probe = doc["probe"] or {}
+    lines = [f"# GPU check: {probe.get('device_name')} (torch {probe.get('torch')}, CUDA {probe.get('cuda_runtime')}, "
+             f"commit {str(probe.get('commit'))[:7]})", "", "| check | result |", "|---|---|"]
+    for s in doc["steps"]:
+        lines.append(f"| step {s['step']} | exit {s['exit']} in {s['seconds']} s (limit {s['limit']} s) |")
+    for name in ("cuda_lane", "suite_device_auto"):
+        c = doc[name]
+        if c:
+            lines.append(f"| {name} | {c['passed']} passed, {c['failures']} failed, {c['errors']} errors, "
+                         f"{c['skipped']} skipped |")
+    for name, values in doc["lane_measurements"].items():
+        lines.append(f"| lane: {name} | `{json.dumps(values)}` |")
+    lines += _ratio_rows("pipeline, all CPUs", doc["pipeline_all_cpus"])
+    lines += _ratio_rows("pipeline, 8 CPUs", doc["pipeline_8_cpus"])
+    for c in doc["epoch"]:
+        extra = f", {c['ratio_to_anchor']:.3f} of {c['anchor']}" if c.get("anchor") else ""
+        lines.append(f"| epoch: {c['case']} | {c['epoch_s']:.2f} s{extra} |")
+    if doc["device_pipeline"]:
+        lines.append(f"| device pipeline (nvJPEG vs CPU decode) | `{json.dumps(doc['device_pipeline'])[:400]}` |")
+    if doc["preflight"]:
+        p = doc["preflight"]
+        lines.append(f"| preflight | {len(p['configs'])} shapes, {p['total_hours']:,.1f} h projected, "
+                     f"{len(p['over_budget'])} runs over budget |")
+    for name in ("retrieval.log", "preflight.txt"):
+        if (work / name).is_file():
+            lines += ["", f"## {name}", "```", *(work / name).read_text().splitlines()[-30:], "```"]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    work, ret = Path(sys.argv[1]), Path(sys.argv[2])
+    doc = summary(work)
+    (ret / "gpu_check.json").write_text(json.dumps(doc, indent=1))
+    (ret / "gpu_check.md").write_text(markdown(doc, work))
