@@ -15,6 +15,12 @@ seeds and sets its threads itself, so results are bit-identical to an in-process
   (``thread_budget``).
 * ``start(folder)`` / ``stop(handle)``: the Snakefile's ``onstart`` / ``onsuccess`` / ``onerror``.
 
+What a connection may ask is bounded (docs/workflow.md#job-server): a request is JSON (data, never
+code), its target must be one of ``ENTRY_POINTS`` (the library functions the workflow's scripts
+call), and the peer must run as the server's own user (``SO_PEERCRED``); anything else is refused
+with one line and runs nothing. The temporary folder ``start`` makes is removed when the server
+exits, with Snakemake or by ``stop``.
+
 The server is one thread (forking from a multi-threaded process can deadlock the child): a loop over
 the listening socket, the clients' connections and ``waitpid``. It never runs a torch operation, so
 no thread pool exists when it forks. A child whose client dies (a cancelled job) gets SIGTERM; the
@@ -27,9 +33,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
+import json
 import os
-import pickle
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -37,13 +44,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dmlrepro.steplog import log_to
 
-__all__ = ["JOBSERVER_ENV", "PRELOAD", "run_job", "start", "stop", "serve"]
+__all__ = ["ENTRY_POINTS", "JOBSERVER_ENV", "PRELOAD", "Server", "run_job", "start", "stop", "serve"]
 
 JOBSERVER_ENV = "DMLREPRO_JOBSERVER"  # the server's socket path, set by `start` for the jobs
 # what the jobs import (the first two cost ~5 CPU-seconds an interpreter); a module missing here only
@@ -51,8 +59,15 @@ JOBSERVER_ENV = "DMLREPRO_JOBSERVER"  # the server's socket path, set by `start`
 PRELOAD = ("torch", "torchvision", "dmlrepro.train.engine", "dmlrepro.tuning", "dmlrepro.models.standin",
            "pytorch_metric_learning.losses", "sklearn.cluster", "dmlrepro.report.section_job", "dmlrepro.report.aggregate",
            "matplotlib.pyplot")
+#: the only functions a server runs: those of workflow/scripts (rules train, search, prepare_dataset,
+#: pretrain_standin, aggregate, report_section)
+ENTRY_POINTS = frozenset({"dmlrepro.train:train_run", "dmlrepro.tuning:run_search", "dmlrepro.data:prepare",
+                          "dmlrepro.models.standin:pretrain", "dmlrepro.report.aggregate:write_experiment_tables",
+                          "dmlrepro.report.section_job:write_section"})
 CONNECT_WAIT_S = 120.0  # how long a job waits for a server that is still importing
-_PID = struct.Struct("!i")  # the child's pid, sent when it starts
+_PID = struct.Struct("!i")  # the child's pid, sent when it starts; REFUSED, then a reason (_SIZE + UTF-8)
+REFUSED = 0
+_SIZE = struct.Struct("!Q")
 _RESULT = struct.Struct("!id")  # its exit status and CPU seconds (user + system, with its waited-for children)
 child_cpu_seconds = 0.0  # the last served child's CPU time, for benchmarks/bench_default.py
 
@@ -61,15 +76,50 @@ child_cpu_seconds = 0.0  # the last served child's CPU time, for benchmarks/benc
 def run_job(target: str, *args: Any, log: str | os.PathLike, threads: int | None = None, **kwargs: Any) -> None:
     """Run ``target`` (``"module:function"``) with ``args``/``kwargs``, its output in ``log``, its
     thread pools at ``threads`` (None: as they are); in a server child if one is up, else here.
-    Exits the process with the child's status when it fails."""
+    The arguments travel as JSON either way (paths as strings, tuples as lists), so the function sees
+    the same values served or not. Exits the process with the child's status when it fails."""
+    payload = encode_request(target, args, kwargs, log, threads)
     conn = _connect(os.environ.get(JOBSERVER_ENV))
     if conn is None:
-        _call_logged(target, args, kwargs, log, threads)
+        request = decode_request(payload)
+        _call_logged(request["target"], request["args"], request["kwargs"], request["log"], request["threads"])
         return
     with conn:
-        status = _run_remote(conn, (target, args, kwargs, str(log), threads, os.getcwd(), dict(os.environ), sys.argv))
+        status = _run_remote(conn, payload)
     if status != 0:
         sys.exit(status)
+
+
+def encode_request(target: str, args: tuple, kwargs: dict, log: str | os.PathLike, threads: int | None) -> bytes:
+    """A request as JSON: the call, and this process's working directory, environment and argv."""
+    request = {"target": target, "args": args, "kwargs": kwargs, "log": log, "threads": threads,
+               "cwd": os.getcwd(), "environ": dict(os.environ), "argv": sys.argv}
+    return json.dumps(request, default=_path_as_text).encode()
+
+
+def _path_as_text(value: Any) -> str:
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise TypeError(f"dmlrepro job server: a job's arguments must be JSON data or paths, not {type(value).__name__}")
+
+
+#: a request's keys and their JSON types
+_REQUEST_TYPES = {"target": str, "args": list, "kwargs": dict, "log": str, "threads": (int, type(None)), "cwd": str,
+                  "environ": dict, "argv": list}
+
+
+def decode_request(payload: bytes) -> dict[str, Any]:
+    """The request in ``payload``; ValueError naming what is wrong with it."""
+    try:
+        request = json.loads(payload)
+    except ValueError as e:  # not UTF-8, or not JSON
+        raise ValueError(f"expected a JSON request ({e})") from None
+    if not isinstance(request, dict) or set(request) != set(_REQUEST_TYPES):
+        raise ValueError(f"expected a JSON object with the keys {', '.join(sorted(_REQUEST_TYPES))}")
+    for key, types in _REQUEST_TYPES.items():
+        if not isinstance(request[key], types) or isinstance(request[key], bool):
+            raise ValueError(f"request key {key!r}: expected {types}, got {type(request[key]).__name__}")
+    return request
 
 
 def _connect(path: str | None) -> socket.socket | None:
@@ -98,14 +148,21 @@ def _server_alive(path: str) -> bool:
         return False
 
 
-def _run_remote(conn: socket.socket, request: tuple) -> int:
+def _run_remote(conn: socket.socket, payload: bytes) -> int:
     """Send the request and this process's stdin/stdout/stderr; forward SIGTERM/SIGINT to the child;
-    return its exit status."""
+    return its exit status. A refusal exits with its reason."""
     global child_cpu_seconds
-    payload = pickle.dumps(request)
-    socket.send_fds(conn, [struct.pack("!Q", len(payload))], [0, 1, 2])
-    conn.sendall(payload)
-    (pid,) = _PID.unpack(_recv_exact(conn, _PID.size))
+    with contextlib.suppress(OSError):  # a server that refuses hangs up without reading: its answer is below
+        socket.send_fds(conn, [_SIZE.pack(len(payload))], [0, 1, 2])
+        conn.sendall(payload)
+    try:
+        (pid,) = _PID.unpack(_recv_exact(conn, _PID.size))
+        if pid == REFUSED:
+            (size,) = _SIZE.unpack(_recv_exact(conn, _SIZE.size))
+            sys.exit(f"dmlrepro job server: refused: {_recv_exact(conn, size).decode()}")
+    except OSError as e:
+        sys.exit(f"dmlrepro job server: the server at {os.environ.get(JOBSERVER_ENV)} closed the connection "
+                 f"({e}); docs/workflow.md#job-server")
     forward = lambda signum, frame: os.kill(pid, signum)  # noqa: E731
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(signum, forward)
@@ -123,7 +180,7 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return data
 
 
-def _call_logged(target: str, args: tuple, kwargs: dict, log: str, threads: int | None,
+def _call_logged(target: str, args: list, kwargs: dict, log: str, threads: int | None,
                  server: int | None = None) -> None:
     module, _, name = target.partition(":")
     function: Callable = getattr(importlib.import_module(module), name)
@@ -155,28 +212,50 @@ def thread_budget(threads: int | None) -> Iterator[None]:
 
 
 # -- the server's side ---------------------------------------------------------------------------
-def start(folder: str | os.PathLike | None = None, preload: tuple[str, ...] = PRELOAD) -> subprocess.Popen:
-    """Start a server (it imports ``preload`` first) and name its socket in ``JOBSERVER_ENV`` for the
-    jobs this process starts; jobs that start before it listens wait for it."""
-    folder = Path(folder or tempfile.mkdtemp(prefix="dmlrepro-jobs-"))
+@dataclass
+class Server:
+    """A started server: its process and folder (``temporary``: made by ``start``, removed at exit)."""
+
+    process: subprocess.Popen
+    folder: Path
+    temporary: bool
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+def start(folder: str | os.PathLike | None = None, preload: tuple[str, ...] = PRELOAD,
+          entry_points: Collection[str] = ENTRY_POINTS) -> Server:
+    """Start a server (it imports ``preload`` first, then runs only ``entry_points``) and name its
+    socket in ``JOBSERVER_ENV`` for the jobs this process starts; jobs that start before it listens
+    wait for it. Without ``folder`` it lives in a new temporary folder that it removes when it exits."""
+    temporary = folder is None
+    folder = Path(tempfile.mkdtemp(prefix="dmlrepro-jobs-") if temporary else folder)
     path = folder / "server.sock"
-    server = subprocess.Popen([sys.executable, "-m", "dmlrepro.jobserver", str(path), str(os.getpid()), *preload],
-                              stdin=subprocess.DEVNULL)
-    path.with_suffix(".pid").write_text(str(server.pid))
+    options = {"path": str(path), "parent": os.getpid(), "preload": list(preload),
+               "entry_points": sorted(entry_points), "remove": str(folder) if temporary else None}
+    process = subprocess.Popen([sys.executable, "-m", "dmlrepro.jobserver", json.dumps(options)],
+                               stdin=subprocess.DEVNULL)
+    path.with_suffix(".pid").write_text(str(process.pid))
     os.environ[JOBSERVER_ENV] = str(path)
-    return server
+    return Server(process, folder, temporary)
 
 
-def stop(server: subprocess.Popen) -> None:
-    """Stop the server (its children, if any, finish on their own)."""
+def stop(server: Server) -> None:
+    """Stop the server (its children, if any, finish on their own) and remove its temporary folder."""
     os.environ.pop(JOBSERVER_ENV, None)
-    server.terminate()
-    server.wait()
+    server.process.terminate()
+    server.process.wait()
+    if server.temporary:  # the server removes it itself, unless it was killed
+        shutil.rmtree(server.folder, ignore_errors=True)
 
 
-def serve(path: str, parent: int, preload: tuple[str, ...] = ()) -> None:
-    """Import ``preload``, listen at ``path`` and fork a child per request until SIGTERM or until the
-    process ``parent`` (the one that started this server) is gone."""
+def serve(path: str, parent: int, preload: tuple[str, ...] = (), entry_points: Collection[str] = ENTRY_POINTS,
+          remove: str | None = None) -> None:
+    """Import ``preload``, listen at ``path`` and fork a child per accepted request until SIGTERM or
+    until the process ``parent`` (the one that started this server) is gone; then remove the socket,
+    or the whole folder ``remove``."""
     for module in preload:
         importlib.import_module(module)
     Path(path).unlink(missing_ok=True)
@@ -191,7 +270,7 @@ def serve(path: str, parent: int, preload: tuple[str, ...] = ()) -> None:
             readable, _, _ = select.select([listener, *running], [], [], 0.2)
             for conn in readable:
                 if conn is listener:
-                    _accept(listener, running)
+                    _accept(listener, running, frozenset(entry_points))
                 else:  # a client wrote or went away before its child ended: a cancelled job
                     cancelled.append(running.pop(conn))
                     os.kill(cancelled[-1], signal.SIGTERM)
@@ -202,49 +281,76 @@ def serve(path: str, parent: int, preload: tuple[str, ...] = ()) -> None:
         listener.close()
         Path(path).unlink(missing_ok=True)
         Path(path).with_suffix(".pid").unlink(missing_ok=True)
+        if remove:
+            shutil.rmtree(remove, ignore_errors=True)
 
 
-def _accept(listener: socket.socket, running: dict[socket.socket, int]) -> None:
+def peer_uid(conn: socket.socket) -> int:
+    """The uid of the process at the other end of a Unix socket (SO_PEERCRED: pid, uid, gid)."""
+    _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return uid
+
+
+def _accept(listener: socket.socket, running: dict[socket.socket, int], entry_points: frozenset[str]) -> None:
     conn, _ = listener.accept()
+    uid = peer_uid(conn)
+    if uid != os.getuid():  # before reading anything: another user's process gets nothing
+        _refuse(conn, f"a connection from uid {uid}: this server serves uid {os.getuid()} only")
+        return
+    fds: list[int] = []
     try:
-        header, fds, _, _ = socket.recv_fds(conn, 8, 3)
-        request = pickle.loads(_recv_exact(conn, struct.unpack("!Q", header)[0]))
-    except (OSError, ValueError, struct.error, pickle.UnpicklingError) as e:
-        print(f"dmlrepro job server: a bad request ({e!r}), ignored", file=sys.stderr)
-        conn.close()
+        header, fds, _, _ = socket.recv_fds(conn, _SIZE.size, 3)
+        request = decode_request(_recv_exact(conn, _SIZE.unpack(header)[0]))
+        if request["target"] not in entry_points:
+            raise ValueError(f"{request['target']!r} is not a job entry point (dmlrepro.jobserver.ENTRY_POINTS)")
+        if len(fds) != 3:
+            raise ValueError(f"expected the job's 3 standard streams, got {len(fds)} descriptors")
+    except (OSError, ValueError, struct.error) as e:  # json's JSONDecodeError is a ValueError
+        for fd in fds:
+            os.close(fd)
+        _refuse(conn, str(e))
         return
     sys.stdout.flush()  # nothing buffered here may reach a child's streams
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:  # the child never returns
-        for other in (listener, *running):
-            other.close()
-        _child(request, fds)
+        _child(request, fds, (listener, *running))
     for fd in fds:
         os.close(fd)
     conn.sendall(_PID.pack(pid))
     running[conn] = pid
 
 
-def _child(request: tuple, fds: list[int]) -> None:
-    target, args, kwargs, log, threads, cwd, environ, argv = request
+def _refuse(conn: socket.socket, reason: str) -> None:
+    """Tell the client why its request runs nothing (in the server's log too), and hang up."""
+    print(f"dmlrepro job server: refused {reason}", file=sys.stderr, flush=True)
+    with contextlib.suppress(OSError):
+        text = reason.encode()
+        conn.sendall(_PID.pack(REFUSED) + _SIZE.pack(len(text)) + text)
+    conn.close()
+
+
+def _child(request: dict[str, Any], fds: list[int], server_sockets: tuple[socket.socket, ...]) -> None:
     status = 1
     try:
+        for other in server_sockets:
+            other.close()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
         for fd, std in zip(fds, (0, 1, 2)):
             os.dup2(fd, std)
             os.close(fd)
-        os.chdir(cwd)
+        os.chdir(request["cwd"])
         os.environ.clear()
-        os.environ.update(environ)
-        sys.argv = argv
-        _call_logged(target, args, kwargs, log, threads, server=os.getppid())
+        os.environ.update(request["environ"])
+        sys.argv = request["argv"]
+        _call_logged(request["target"], request["args"], request["kwargs"], request["log"], request["threads"],
+                     server=os.getppid())
         status = 0
     except SystemExit as e:
         status = e.code if isinstance(e.code, int) else 1
     except BaseException:  # the traceback is in the log (steplog.log_to)
-        print(f"dmlrepro job server: {target} failed; see {log}", file=sys.stderr)
+        print(f"dmlrepro job server: {request['target']} failed; see {request['log']}", file=sys.stderr)
     finally:  # what an interpreter's exit does, less the teardown of its modules (~1 CPU-second with torch)
         atexit._run_exitfuncs()  # e.g. multiprocessing's: stops persistent DataLoader workers
         sys.stdout.flush()
@@ -267,4 +373,6 @@ def _reap(running: dict[socket.socket, int]) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], int(sys.argv[2]), tuple(sys.argv[3:]))
+    from dmlrepro import jobserver  # the module itself, not this __main__ copy: what a preloaded module sees
+
+    jobserver.serve(**json.loads(sys.argv[1]))

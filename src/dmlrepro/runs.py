@@ -26,10 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dmlrepro.nested import canonical, deep_merge, dotted
-from dmlrepro.train.config import config_identity, resolve_run_config, without_late_defaults
+from dmlrepro.train.config import ConfigError, config_identity, resolve_run_config, without_late_defaults
+from dmlrepro.train.config_checks import read_yaml
 
 HASH_LENGTH = 10
 #: The workflow's config schema in the checkout this package lives in (rule files validate against it).
@@ -181,8 +180,29 @@ def validate_workflow_config(config: dict[str, Any], schema: str | Path = SCHEMA
         raise ExperimentError(f"workflow config schema not found: {schema} (give its path with --schema)")
     try:
         validate(config, str(schema))
-    except WorkflowError as error:
-        raise ExperimentError(str(error)) from None
+    except WorkflowError as error:  # its text holds the whole schema: keep the message and the key
+        text = str(error)
+        message = re.search(r"^ValidationError: (.*)$", text, re.MULTILINE)
+        where = re.search(r"^On instance(.*):$", text, re.MULTILINE)
+        path = re.findall(r"\[(?:'([^']*)'|(\d+))\]", where.group(1)) if where else []
+        key = ".".join(name or index for name, index in path) or "the config"
+        raise ExperimentError(f"{key}: {message.group(1) if message else text.splitlines()[0]}; "
+                              f"expected what {Path(schema).name} allows") from None
+
+
+def read_workflow_config(path: str | Path) -> dict[str, Any]:
+    """The workflow config in the YAML file ``path``; ExperimentError (one line) when the file is
+    missing, not YAML or not a mapping."""
+    if not Path(path).is_file():
+        raise ExperimentError("file not found; expected a workflow config (YAML), e.g. config/config.yaml")
+    try:
+        config = read_yaml(path, "workflow config")
+    except ConfigError as error:
+        raise ExperimentError(str(error).removeprefix(str(path)).lstrip(",: ")) from None  # main names the file
+    if not isinstance(config, dict):
+        raise ExperimentError(f"a workflow config is a YAML mapping (datasets, methods, experiments, ...), "
+                              f"got {type(config).__name__}")
+    return config
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,9 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experiment", action="append", help="only this experiment (repeatable)")
     parser.add_argument("--schema", default=str(SCHEMA), help=f"the workflow's config schema (default: {SCHEMA})")
     args = parser.parse_args(argv)
-    with open(args.config) as handle:
-        config = yaml.safe_load(handle)
     try:
+        config = read_workflow_config(args.config)
         validate_workflow_config(config, args.schema)
         runs = resolve_runs(config, args.experiment)
     except ExperimentError as error:

@@ -15,7 +15,6 @@ terminal would show as a traceback, and fails the row. Only four rows pay for a 
 from __future__ import annotations
 
 import contextlib
-import copy
 import importlib.util
 import io
 import re
@@ -60,6 +59,7 @@ def server():
 class Ctx:
     tmp: Path
     server: Any
+    before: Any = None  # what a row's `after` check compares with
 
     def workflow_config(self, mutate: Callable[[dict], Any]) -> Path:
         config = yaml.safe_load(TINY.read_text())
@@ -127,6 +127,71 @@ def _file_as_outdir(ctx: Ctx) -> list[str]:
     return ["train", ctx.run_config(), str(ctx.tmp / "notes.txt" / "run")]  # tests run as root: chmod blocks nothing
 
 
+def _written(ctx: Ctx, name: str, data: str | bytes) -> str:
+    path = ctx.tmp / name
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return str(path)
+
+
+BROKEN_YAML = "experiments:\n  table: {methods: [pfml\n  seeds: [0]\n"  # an unclosed flow sequence
+
+
+def _image_deleted_after_prepare(ctx: Ctx) -> list[str]:
+    """A prepared synthetic dataset one of whose manifest rows' images was deleted afterwards."""
+    from dmlrepro.data import prepare
+
+    manifest = prepare("synthetic", ctx.tmp / "data", progress=False, num_classes=4, images_per_class=6)
+    first = manifest.read_text().splitlines()[1].split(",")[0]
+    (manifest.parent / first).unlink()
+    return ["train", ctx.run_config(), ctx.out]
+
+
+def _damaged_run(ctx: Ctx) -> list[str]:
+    """A completed run whose checkpoints were truncated and whose embeddings were deleted."""
+    from dmlrepro.train import train_run
+
+    config = yaml.safe_load(Path(ctx.run_config()).read_text())
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        train_run(config, ctx.out, progress=False)
+    run = Path(ctx.out)
+    for checkpoint in (run / "checkpoints").glob("*.pt"):
+        checkpoint.write_bytes(checkpoint.read_bytes()[:100])
+    for embeddings in run.glob("embeddings*.npz"):
+        embeddings.unlink()
+    ctx.before = sorted(p.name for p in (run / "checkpoints").iterdir())
+    return ["evaluate", ctx.out]
+
+
+def _damaged_run_left_as_it_was(ctx: Ctx) -> None:
+    """No checkpoint renamed, and no metrics.json left saying the run completed."""
+    run = Path(ctx.out)
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ctx.before
+    metrics = run / "metrics.json"
+    assert not metrics.exists() or '"completed"' not in metrics.read_text()
+
+
+def _another_runs_folder(ctx: Ctx) -> list[str]:
+    """OUTDIR holds a run with another config (optimizer.lr): left untouched."""
+    from dmlrepro.train.config import dump_yaml, resolve_run_config
+
+    other = yaml.safe_load(Path(ctx.run_config(optimizer={"lr": 0.5})).read_text())
+    Path(ctx.out).mkdir()
+    (Path(ctx.out) / "config.yaml").write_text(dump_yaml(resolve_run_config(other)))
+    ctx.before = (Path(ctx.out) / "config.yaml").read_text()
+    return ["train", ctx.run_config(), ctx.out]
+
+
+def _other_run_untouched(ctx: Ctx) -> None:
+    assert {p.name for p in Path(ctx.out).iterdir()} <= {"config.yaml", ".lock"}  # .lock: the run lock's file
+    assert (Path(ctx.out) / "config.yaml").read_text() == ctx.before
+
+
+def _damaged_run_config(ctx: Ctx) -> list[str]:
+    Path(ctx.out).mkdir()
+    (Path(ctx.out) / "config.yaml").write_text(BROKEN_YAML)
+    return ["evaluate", ctx.out]
+
+
 def _set(path: str, value: Any) -> Callable[[dict], None]:
     """A workflow-config mutation: set the dotted key `path` (creating mappings on the way)."""
     def mutate(config: dict) -> None:
@@ -157,6 +222,7 @@ class Row:
     where: str  # where the input is checked (docs/bad-input.md)
     xfail: str | None = None  # a known gap: the fix it needs (strict xfail)
     downloads: int = 0  # requests the file server may see
+    after: Callable[[Ctx], None] | None = None  # a row that starts from a run: what must hold of it afterwards
 
 
 def _runs(mutate):
@@ -199,6 +265,23 @@ ROWS = [
     Row("label-noise-rate-above-1", "runs", _runs(_set("experiments.noise.overrides.dataset.label_noise.rate", 1.5)),
         r"experiments\.noise .*dataset\.label_noise\.rate = 1\.5: expected a fraction in \[0, 1\]",
         "dmlrepro.train.config.resolve_run_config"),
+    Row("runs-yaml-syntax", "runs", lambda ctx: ["runs", "--config", _written(ctx, "workflow.yaml", BROKEN_YAML)],
+        r"workflow\.yaml: line 3, column 8: not valid YAML \(expected ',' or '\]', but got ':'.*\); "
+        r"expected a workflow config in YAML", "dmlrepro.runs.read_workflow_config"),
+    Row("runs-config-missing", "runs", lambda ctx: ["runs", "--config", str(ctx.tmp / "nonexist.yaml")],
+        r"nonexist\.yaml: file not found; expected a workflow config \(YAML\)", "dmlrepro.runs.read_workflow_config"),
+    Row("runs-config-not-a-mapping", "runs", lambda ctx: ["runs", "--config", _written(ctx, "w.yaml", "- a\n- b\n")],
+        r"w\.yaml: a workflow config is a YAML mapping \(datasets, methods, experiments, \.\.\.\), got list",
+        "dmlrepro.runs.read_workflow_config"),
+    Row("runs-schema-seed-negative", "runs", _runs(_set("experiments.table.seeds", [-1])),
+        r"workflow\.yaml: experiments\.table\.seeds\.0: -1 is less than the minimum of 0; "
+        r"expected what config\.schema\.yaml allows", "dmlrepro.runs.validate_workflow_config (the schema)"),
+    Row("runs-schema-unknown-top-key", "runs", _runs(_set("experimens", {})),
+        r"workflow\.yaml: the config: Additional properties are not allowed \('experimens' was unexpected\)",
+        "dmlrepro.runs.validate_workflow_config (the schema)"),
+    Row("rsw-hparam-not-a-number", "runs", _runs(_set("methods.rsw.loss.hparams.k1", "one")),
+        r"loss\.hparams\.k1 = 'one': expected a number \(loss 'rsw'\)",
+        "dmlrepro.train.config_checks.check_loss_hparam_types"),
     Row("eval-ks-zero", "runs", _runs(_set("defaults.eval.ks", [0, 1])),
         r"eval\.ks = \[0, 1\]: expected a non-empty list of integers >= 1", "dmlrepro.train.config.resolve_run_config"),
     # --- workflow config through `snakemake -n` (schema, then the run table in common.smk)
@@ -218,6 +301,25 @@ ROWS = [
     # --- one run: `dmlrepro train RUN_CONFIG OUTDIR`
     Row("run-config-missing", "train", lambda ctx: ["train", str(ctx.tmp / "nope.yaml"), ctx.out],
         r"run config file not found: .*nope\.yaml", "dmlrepro.train.config.load_run_config"),
+    Row("train-yaml-syntax", "train", lambda ctx: ["train", _written(ctx, "run.yaml", BROKEN_YAML), ctx.out],
+        r"run\.yaml, line 3, column 8: not valid YAML \(expected ',' or '\]', but got ':'.*\); "
+        r"expected a run config in YAML", "dmlrepro.train.config_checks.read_yaml"),
+    Row("run-config-not-utf8", "train", lambda ctx: ["train", _written(ctx, "run.yaml", b"\xff\xfe\x00x"), ctx.out],
+        r"run\.yaml: not UTF-8 text \(invalid start byte at byte 0\); expected a run config in YAML",
+        "dmlrepro.train.config_checks.read_yaml"),
+    Row("run-config-not-a-mapping", "train", lambda ctx: ["train", _written(ctx, "run.yaml", "- 1\n"), ctx.out],
+        r"run\.yaml: a run config must be a YAML mapping, got list", "dmlrepro.train.config.load_run_config"),
+    Row("loss-hparam-not-a-number", "train",
+        lambda ctx: ["train", ctx.run_config(loss={"name": "pfml", "hparams": {"alpha": "four"}}), ctx.out],
+        r"^dmlrepro train: error: run config: loss\.hparams\.alpha = 'four': expected a number \(loss 'pfml'\)$",
+        "dmlrepro.train.config_checks.check_loss_hparam_types"),
+    Row("set-without-value", "train", lambda ctx: ["train", ctx.run_config(), ctx.out, "--set", "optimizer.lr"],
+        r"--set 'optimizer\.lr': expected KEY=VALUE, e\.g\. optimizer\.lr=1e-3", "dmlrepro.train.cli"),
+    Row("run-config-unknown-key", "train", lambda ctx: ["train", ctx.run_config(optimizr={"lr": 1e-3}), ctx.out],
+        r"run config: unknown key 'optimizr'; expected one of \[.*'optimizer'", "dmlrepro.train.config.resolve_run_config"),
+    Row("outdir-holds-another-run", "train", _another_runs_folder,
+        r"run holds a run with a different config \(optimizer\.lr: 0\.5 \(run directory\) vs 0\.0001 \(now\)\); "
+        r"use another output directory", "dmlrepro.train.engine.train_run", after=_other_run_untouched),
     Row("dataset-not-prepared", "train",
         lambda ctx: ["train", ctx.run_config(False, dataset={"name": "cub200", "prepare": False}), ctx.out],
         r"dataset 'cub200' is not prepared under '.*data'.*manifest\.csv: manifest not found.*"
@@ -230,6 +332,9 @@ ROWS = [
         "dmlrepro.data.dataset.ManifestDataset"),
     Row("image-damaged-after-prepare", "train", _prepared_with_garbage_images,
         r"synthetic/images/\S+: cannot decode image", "dmlrepro.data.dataset.load_image (first batch)"),
+    Row("image-deleted-after-prepare", "train", _image_deleted_after_prepare,
+        r"synthetic/images/c0000/0000\.png: image missing \(a row of the dataset's manifest\.csv names it\); "
+        r"expected the file `dmlrepro prepare` wrote", "dmlrepro.data.dataset.load_image (first batch)"),
     Row("outdir-under-a-file", "train", _file_as_outdir,
         r"notes\.txt/run.*(not a folder|is a file).*expected",
         "dmlrepro.train.engine.train_run (outdir.mkdir)"),
@@ -251,6 +356,16 @@ ROWS = [
     # --- `dmlrepro evaluate OUTDIR`, `dmlrepro fetch-weights NAME`
     Row("evaluate-not-a-run", "evaluate", lambda ctx: ["evaluate", str(ctx.tmp)],
         r"run config file not found: .*/config\.yaml", "dmlrepro.train.run_evaluation.evaluate_run"),
+    Row("evaluate-damaged-run", "evaluate", _damaged_run,
+        r"^dmlrepro evaluate: error: .*/run: no embeddings_test\.npz and no final checkpoint \(unreadable: "
+        r"ckpt-e0002-\S+\.pt: .*truncated.*\); its metrics\.json removed; run `dmlrepro train .*` first$",
+        "dmlrepro.train.run_evaluation.evaluate_run", after=_damaged_run_left_as_it_was),
+    Row("evaluate-config-yaml-syntax", "evaluate", _damaged_run_config,
+        r"run/config\.yaml, line 3, column 8: not valid YAML", "dmlrepro.train.config_checks.read_yaml"),
+    Row("check-report-missing", "check-report", lambda ctx: ["check-report", str(ctx.tmp / "nope.html")],
+        r"^dmlrepro check-report: .*nope\.html: file not found; expected a built report", "dmlrepro.report.browser.main"),
+    Row("unknown-command", "dmlrepro", lambda ctx: ["trian", ctx.run_config(), ctx.out],
+        r"^dmlrepro: unknown command 'trian'$", "dmlrepro.cli.main"),
     Row("fetch-unknown-weights", "fetch-weights",
         lambda ctx: ["fetch-weights", "resnet5", "--cache-dir", str(ctx.tmp / "weights")],
         r"unknown weights or backbone 'resnet5'; weights: .*resnet50\.tv_in1k", "dmlrepro.models.weights"),
@@ -285,21 +400,51 @@ def _run_snakemake(ctx: Ctx, mutate) -> tuple[int, str]:
 def test_bad_input(row: Row, tmp_path, server):
     ctx = Ctx(tmp_path, server)
     made = row.make(ctx)
+    outdir_before = Path(ctx.out).exists()
     start = time.monotonic()
     code, output = _run_snakemake(ctx, made) if row.entry == "snakemake" else _run_dmlrepro(made)
     elapsed = time.monotonic() - start
     assert code not in (0, None), f"exit 0 for a bad input:\n{output[-2000:]}"
-    assert re.search(row.message, output), f"message does not match {row.message!r}:\n{output[-2000:]}"
+    if row.entry == "snakemake":
+        assert re.search(row.message, output), f"message does not match {row.message!r}:\n{output[-2000:]}"
+    else:  # one line says it all
+        assert any(re.search(row.message, line) for line in output.splitlines()), \
+            f"no line matches {row.message!r}:\n{output[-2000:]}"
     assert "Traceback (most recent call last)" not in output, output[-3000:]
-    # nothing expensive ran: no training step, no run table, no job, no download after a config error
-    assert not list(tmp_path.rglob("checkpoints")) and not list(tmp_path.rglob("metrics.json"))
+    if row.after:  # a row that starts from a run: it is left as the row says
+        row.after(ctx)
+    else:  # nothing expensive ran: no training step, no run table, no job, no download after a config error
+        assert not list(tmp_path.rglob("checkpoints")) and not list(tmp_path.rglob("metrics.json"))
+        assert Path(ctx.out).exists() == outdir_before, "a failed start left its run folder (config.yaml, .lock)"
     assert not (tmp_path / "tmp/results").exists()
     assert len(server.requests) <= row.downloads, server.requests
     assert elapsed < TIME_LIMIT.get(row.entry, 15.0), f"{elapsed:.1f} s"
 
 
+#: how docs/bad-input.md names each entry point
+ENTRY_NAMES = {"runs": "`dmlrepro runs`", "snakemake": "`snakemake -n`", "train": "`dmlrepro train`",
+               "prepare": "`dmlrepro prepare`", "evaluate": "`dmlrepro evaluate`",
+               "fetch-weights": "`dmlrepro fetch-weights`", "check-report": "`dmlrepro check-report`",
+               "dmlrepro": "`dmlrepro`"}
+
+
+def _documented_rows() -> dict[str, list[str]]:
+    """docs/bad-input.md's table: id -> its cells (bad input, entry point, message, checked in)."""
+    rows = {}
+    for line in (REPO / "docs/bad-input.md").read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+        if line.startswith("| `") and len(cells) == 5:
+            rows[cells[0].strip("`")] = cells[1:]
+    return rows
+
+
 def test_table_is_big_enough_and_documented():
-    assert len(ROWS) >= 18 and len({r.id for r in ROWS}) == len(ROWS)
-    doc = (REPO / "docs/bad-input.md").read_text()
-    missing = [r.id for r in ROWS if f"`{r.id}`" not in doc]
-    assert not missing, f"rows not in docs/bad-input.md: {missing}"
+    """docs/bad-input.md lists exactly these rows, in this order, each with its entry point; a row is
+    *pending* there exactly when it is an xfail here (none is today)."""
+    assert len(ROWS) >= 45 and len({r.id for r in ROWS}) == len(ROWS)
+    documented = _documented_rows()
+    assert list(documented) == [r.id for r in ROWS]
+    for row in ROWS:
+        _, entry, message, _ = documented[row.id]
+        assert entry == ENTRY_NAMES[row.entry], row.id
+        assert ("*pending*" in message) == bool(row.xfail), row.id

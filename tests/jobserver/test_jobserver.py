@@ -1,13 +1,17 @@
 """dmlrepro.jobserver: a job's function runs in a fork of the server, with the job's working
 directory, environment, streams and log; its exit status is the job's; a cancelled job's child is
 stopped; without a server the job runs in its own process (tests/train/test_served_run.py: a
-training run through the server is bit-identical to one in-process)."""
+training run through the server is bit-identical to one in-process). The server runs only its entry
+points, for its own user, from JSON requests, and leaves no folder behind."""
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
+import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -37,6 +41,8 @@ def pools(path):
     with open(path, "w") as f:
         json.dump({"faiss": faiss.omp_get_max_threads(),
                    "loaded": sorted({p["num_threads"] for p in threadpool_info()})}, f)
+def unlisted(path):  # importable by the server, but not one of its entry points
+    open(path, "w").close()
 def sleep_forever(path):  # as the engine does: SIGTERM -> exit 75 (checkpoint, then retry)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(75))
     with open(path, "w") as f:
@@ -44,14 +50,22 @@ def sleep_forever(path):  # as the engine does: SIGTERM -> exit 75 (checkpoint, 
     time.sleep(600)
 '''
 
+#: the test targets a test server runs (not `unlisted`)
+TEST_ENTRY_POINTS = {f"jobtargets:{name}" for name in ("record", "fail", "exit_with", "pools", "sleep_forever")}
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _serve(tmp_path, monkeypatch, preload=("jobtargets", "numpy"), entry_points=TEST_ENTRY_POINTS):
+    (tmp_path / "jobtargets.py").write_text(TARGETS)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    (tmp_path / "server").mkdir()
+    return jobserver.start(tmp_path / "server", preload=preload, entry_points=entry_points)
+
 
 @pytest.fixture
 def server(tmp_path, monkeypatch):
     """A server (preloading the test targets' module) for jobs started from this test."""
-    (tmp_path / "jobtargets.py").write_text(TARGETS)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    (tmp_path / "server").mkdir()
-    handle = jobserver.start(tmp_path / "server", preload=("jobtargets", "numpy"))
+    handle = _serve(tmp_path, monkeypatch)
     yield handle
     jobserver.stop(handle)
 
@@ -140,13 +154,140 @@ def test_a_cancelled_job_stops_its_child(server, tmp_path, how, status):
     assert _gone(child)
 
 
-def test_the_server_exits_with_its_parent(tmp_path):
-    folder = tmp_path / "server"
-    folder.mkdir()
-    starter = textwrap.dedent(f"""
+def test_the_server_exits_with_its_parent_and_removes_its_folder(tmp_path):
+    """What happens when Snakemake ends without its onsuccess/onerror (killed): the server sees its
+    parent gone, exits, and removes the temporary folder it lived in."""
+    starter = textwrap.dedent("""
         from dmlrepro import jobserver
-        print(jobserver.start({str(folder)!r}, preload=()).pid, flush=True)
+        server = jobserver.start(preload=())
+        print(server.pid, server.folder, flush=True)
     """)
-    pid = int(subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, check=True).stdout)
-    assert _gone(pid)
-    assert not (folder / "server.sock").exists()
+    done = subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, check=True,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    pid, folder = done.stdout.split()
+    assert Path(folder).parent == tmp_path and Path(folder).name.startswith("dmlrepro-jobs-")
+    assert _gone(int(pid))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_stop_removes_the_temporary_folder_and_leaves_a_given_one(tmp_path, monkeypatch):
+    """The workflow's onstart starts a server in a new temporary folder, its onsuccess/onerror stop it
+    (workflow/rules/common.smk, end_of_workflow): nothing is left in the temporary directory."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    handle = jobserver.start(preload=())
+    assert handle.temporary and handle.folder.parent == tmp_path and handle.folder.is_dir()
+    jobserver.stop(handle)
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "given").mkdir()
+    jobserver.stop(jobserver.start(tmp_path / "given", preload=()))
+    assert [p.name for p in tmp_path.iterdir()] == ["given"]
+
+
+# -- what a connection may ask -------------------------------------------------------------------
+
+def test_the_entry_points_are_the_functions_the_workflow_scripts_hand_over():
+    called = {m.group(1) for script in (REPO / "workflow/scripts").glob("*.py")
+              for m in re.finditer(r'run_job\(\s*"([\w.]+:\w+)"', script.read_text())}
+    assert called == jobserver.ENTRY_POINTS
+    for target in called:  # each names a function that exists
+        module, _, name = target.partition(":")
+        assert callable(getattr(__import__(module, fromlist=[name]), name)), target
+
+
+@pytest.mark.parametrize("call", ["'os:system', 'touch pwned', log='job.log'",
+                                  "'jobtargets:unlisted', 'pwned', log='job.log'",
+                                  "'subprocess:run', ['touch', 'pwned'], log='job.log'"])
+def test_a_request_naming_another_function_is_refused(server, tmp_path, call):
+    job = _job(tmp_path, call)
+    _, err = job.communicate(timeout=60)
+    assert job.returncode == 1
+    assert err.strip().splitlines() == [err.strip()] and "is not a job entry point" in err
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "job.log").exists()
+
+
+def test_the_projects_entry_points_are_all_a_default_server_runs(tmp_path, monkeypatch):
+    handle = _serve(tmp_path, monkeypatch, preload=("jobtargets",), entry_points=jobserver.ENTRY_POINTS)
+    try:
+        job = _job(tmp_path, "'jobtargets:record', 'out.json', word='w', log='job.log'")
+        _, err = job.communicate(timeout=60)
+    finally:
+        jobserver.stop(handle)
+    assert job.returncode == 1 and "'jobtargets:record' is not a job entry point" in err
+    assert not (tmp_path / "out.json").exists()
+
+
+class _Executes:
+    """A pickle that runs code when loaded: what the server must never load."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def _raw_request(path: str, payload: bytes) -> bytes:
+    """Send ``payload`` as a job would (with its 3 standard streams); the server's answer."""
+    with jobserver._connect(path) as conn:  # waits while the server starts
+        socket.send_fds(conn, [len(payload).to_bytes(8, "big")], [0, 1, 2])
+        conn.sendall(payload)
+        answer = b""
+        while chunk := conn.recv(4096):
+            answer += chunk
+    return answer
+
+
+@pytest.mark.parametrize("kind", ["pickle", "not an object", "a missing key"])
+def test_a_request_that_is_not_the_json_request_runs_nothing(server, tmp_path, kind):
+    payload = {"pickle": pickle.dumps(_Executes(tmp_path / "pwned")),
+               "not an object": b'["jobtargets:record"]',
+               "a missing key": json.dumps({"target": "jobtargets:record", "args": [str(tmp_path / "pwned")],
+                                            "kwargs": {}, "log": str(tmp_path / "job.log")}).encode()}[kind]
+    socket_path = os.environ[jobserver.JOBSERVER_ENV]
+    answer = _raw_request(socket_path, payload)
+    assert answer[:4] == jobserver.REFUSED.to_bytes(4, "big")
+    assert re.search(rb"expected a JSON (request|object with the keys)", answer[12:]), answer
+    time.sleep(0.5)  # a child, had one been forked, has run by now
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "job.log").exists()
+
+
+def test_the_peer_uid_is_read_from_the_socket():
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with left, right:
+        assert jobserver.peer_uid(left) == os.getuid()
+
+
+FAKE_PEER = """
+import os
+from dmlrepro import jobserver
+jobserver.peer_uid = lambda conn: os.getuid() + 1  # every connection seems to come from another user
+"""
+
+
+def test_a_connection_from_another_uid_is_refused(tmp_path, monkeypatch):
+    """The credential check's seam (jobserver.peer_uid, replaced by a module the server preloads)
+    makes every client another user: nothing runs, the client exits with one line."""
+    (tmp_path / "fakepeer.py").write_text(FAKE_PEER)
+    handle = _serve(tmp_path, monkeypatch, preload=("jobtargets", "fakepeer"))
+    try:
+        job = _job(tmp_path, "'jobtargets:record', 'out.json', word='w', log='job.log'")
+        _, err = job.communicate(timeout=60)
+    finally:
+        jobserver.stop(handle)
+    assert job.returncode == 1 and f"a connection from uid {os.getuid() + 1}" in err, err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out.json").exists() and not (tmp_path / "job.log").exists()
+
+
+def test_arguments_travel_as_json_served_or_not(server, tmp_path, monkeypatch):
+    """Paths arrive as strings and tuples as lists, in a server child and in-process alike; an
+    argument JSON cannot carry is an error before anything runs."""
+    for served in (True, False):
+        if not served:
+            monkeypatch.delenv(jobserver.JOBSERVER_ENV)
+        job = _job(tmp_path, "'jobtargets:record', __import__('pathlib').Path('out.json'), word=('a', 1), log='job.log'")
+        assert job.wait(timeout=60) == 0
+        assert json.loads((tmp_path / "out.json").read_text())["word"] == ["a", 1]
+    job = _job(tmp_path, "'jobtargets:record', 'out.json', word={1j}, log='job.log'")
+    _, err = job.communicate(timeout=60)
+    assert job.returncode == 1 and "must be JSON data or paths, not set" in err

@@ -32,11 +32,32 @@ PERCENT = {"recall@1", "recall@2", "recall@1@gaussian_3"}
 
 
 def snakemake(workdir: Path, config: Path, *args: str, timeout: float = 600) -> str:
-    command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+    """Snakemake with the Snakefile of the repository's copy (`repository`), its temporary files
+    (the job server's folder) in `job_tmpdir`."""
+    command = [str(SNAKEMAKE), "-s", str(COPY["repo"] / "Snakefile"), "--directory", str(workdir),
                "--configfile", str(config), "--cores", "2", *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "TMPDIR": str(COPY["tmpdir"])})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout + done.stderr
+
+
+COPY: dict[str, Path] = {}  # the module's copy of the repository and its TMPDIR (fixture `repository`)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def repository(tmp_path_factory):
+    """A copy of the repository's files (tracked and untracked, not ignored; mtimes kept): the
+    workflow runs from it, so a test may change its files' mtimes without touching the repository."""
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard", "-z"],
+                            capture_output=True, text=True, check=True).stdout.split("\0")
+    copy = tmp_path_factory.mktemp("repository")
+    for name in filter(None, listed):
+        if (REPO / name).is_file():
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, copy / name)
+    COPY.update(repo=copy, tmpdir=tmp_path_factory.mktemp("tmpdir"))
+    return copy
 
 
 def planned_jobs(output: str) -> dict[str, int]:
@@ -284,6 +305,12 @@ def test_local_jobs_fork_from_the_job_server(finished):
         assert logs and all("forked from server" in log.read_text() for log in logs), rule
 
 
+def test_the_job_server_leaves_no_folder(finished):
+    """The workflow's job server lived in a temporary folder (TMPDIR/dmlrepro-jobs-*): gone when the
+    workflow ended (docs/workflow.md#job-server)."""
+    assert not list(COPY["tmpdir"].glob("dmlrepro-jobs-*"))
+
+
 def test_rerun_does_nothing(finished):
     assert "Nothing to be done" in snakemake(finished, TINY, "-n")
 
@@ -300,15 +327,15 @@ def test_search_experiment_and_opt_in(finished):
     assert plan == {"train": 1, "aggregate": 1, "report_section": 1, "report": 1, "all": 1}
 
 
-def test_new_file_times_of_a_fresh_clone_rerun_nothing(finished):
+def test_new_file_times_of_a_fresh_clone_rerun_nothing(finished, repository):
     """A clone or checkout gives the workflow's scripts, templates and reported CSVs new mtimes;
-    profiles/default drops Snakemake's script-mtime `code` trigger, so nothing reruns."""
+    profiles/default drops Snakemake's script-mtime `code` trigger, so nothing reruns. (The mtimes
+    change in the module's copy of the repository, which the workflow runs from.)"""
     later = time.time()  # newer than every output, not in the future (Snakemake refuses clock skew)
-    for folder in ("workflow", "reports", "config/reported"):
-        for path in (REPO / folder).rglob("*"):
-            if path.is_file():
-                os.utime(path, (later, later))
-    os.utime(REPO / "Snakefile", (later, later))
+    touched = [path for folder in ("workflow", "reports", "config/reported")
+               for path in (repository / folder).rglob("*") if path.is_file()] + [repository / "Snakefile"]
+    for path in touched:
+        os.utime(path, (later, later))
     assert "Nothing to be done" in snakemake(finished, TINY, "-n")
 
 

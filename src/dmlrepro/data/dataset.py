@@ -30,8 +30,12 @@ def load_image(path: str | os.PathLike) -> torch.Tensor:
     """Decode an image file to a uint8 RGB tensor (3, H, W)."""
     from torchvision.io import ImageReadMode, decode_image  # deferred: torchvision, at the first decoded image
 
-    with open(path, "rb") as fh:
-        data = fh.read()
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:  # removed after `prepare`: name it and what brings it back
+        raise FileNotFoundError(f"{path}: image missing (a row of the dataset's manifest.csv names it); expected "
+                                f"the file `dmlrepro prepare` wrote: prepare the dataset again with --force") from None
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_TV_DEPRECATION, category=DeprecationWarning)

@@ -1,28 +1,54 @@
-"""Check a built report in headless Chromium: every image loads, no console errors, a screenshot.
+"""Check a built report in headless Chromium: every image loads, no script fails, nothing is
+logged as an error, and optionally a screenshot.
 
-`dmlrepro check-report results/report/index.html [--screenshot FILE]`. A checker page loads
-the report in an iframe (file:// access allowed between the two) and lists the images whose
-naturalWidth is 0; console messages of level error come from Chromium's log."""
+`dmlrepro check-report results/report/index.html [--screenshot FILE]`. Chromium opens a copy of
+the report (beside it, so its relative links resolve) whose first script, before any of the
+report's own, records every `console.error` call, every uncaught exception or rejected promise
+and every element that fails to load (a script, a stylesheet), from whichever script or file it
+comes; after the load event it lists the images whose naturalWidth is 0 and writes its findings
+into the page, which `--dump-dom` returns. (Chromium's own log cannot tell an error from a
+`console.log`: it prints both as INFO:CONSOLE.)"""
 
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
-CHECKER = """<html><body><iframe id="f" src="{src}" width="1300" height="900"></iframe><pre id="out">pending</pre>
-<script>
-document.getElementById("f").onload = function () {{
-  const imgs = Array.from(this.contentDocument.images);
-  const broken = imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute("src"));
-  document.getElementById("out").textContent = JSON.stringify({{images: imgs.length, broken: broken}});
-}};
-</script></body></html>"""
+#: the first script of the checked copy; its findings end up in <pre id="dmlrepro-check">
+PROBE = """<script>
+(function () {
+  const errors = [];
+  const where = (file, line) => file ? ` (${file.split("/").pop()}:${line})` : "";
+  const text = (args) => Array.from(args).map(a => a instanceof Error ? `${a.name}: ${a.message}` : String(a)).join(" ");
+  const consoleError = console.error;
+  console.error = function () { errors.push("console.error: " + text(arguments)); consoleError.apply(console, arguments); };
+  window.addEventListener("error", function (event) {
+    const target = event.target;
+    if (target && target !== window && target.tagName) {  // a resource; a broken <img> is listed by the load handler
+      if (target.tagName !== "IMG") errors.push(`failed to load <${target.tagName.toLowerCase()}> ${target.getAttribute("src") || target.getAttribute("href")}`);
+    } else {
+      errors.push("uncaught " + (event.error ? text([event.error]) : event.message) + where(event.filename, event.lineno));
+    }
+  }, true);
+  window.addEventListener("unhandledrejection", function (event) { errors.push("unhandled rejection: " + text([event.reason])); });
+  window.addEventListener("load", function () {
+    const images = Array.from(document.images);
+    const broken = images.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute("src"));
+    const out = document.createElement("pre");
+    out.id = "dmlrepro-check";
+    out.textContent = JSON.stringify({images: images.length, broken: broken, console_errors: errors});
+    document.body.appendChild(out);
+  });
+})();
+</script>"""
 FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--allow-file-access-from-files"]
 
 
@@ -33,33 +59,40 @@ def find_chromium() -> str | None:
     return None
 
 
+def with_probe(page: str) -> str:
+    """The report's HTML with PROBE as the first thing in its <head> (before every script of its own)."""
+    head = re.search(r"<head[^>]*>", page, re.IGNORECASE)
+    if head is None:
+        return PROBE + page
+    return page[:head.end()] + PROBE + page[head.end():]
+
+
 def check_report(index_html: str | os.PathLike, screenshot: str | os.PathLike | None = None,
                  height: int = 4000, timeout: float = 120) -> dict:
-    """{"images": n, "broken": [src...], "console_errors": [line...]} for the report at `index_html`."""
+    """{"images": n, "broken": [src...], "console_errors": [message...]} for the report at `index_html`."""
     browser = find_chromium()
     if browser is None:
         raise FileNotFoundError("no chromium found on PATH (apt-get install chromium)")
     index_html = Path(index_html).resolve()
-    with tempfile.NamedTemporaryFile("w", suffix=".html", dir=index_html.parent, delete=False) as checker, \
+    with tempfile.NamedTemporaryFile("w", suffix=".html", dir=index_html.parent, delete=False) as checked, \
             tempfile.TemporaryDirectory() as profile:  # a fresh profile: no lock shared with another chromium
-        checker.write(CHECKER.format(src=index_html.name))
-        checker.close()
+        checked.write(with_probe(index_html.read_text(encoding="utf-8")))
+        checked.close()
         try:
-            dom = subprocess.run([browser, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", checker.name],
-                                 capture_output=True, text=True, timeout=timeout)
+            dom = subprocess.run([browser, *FLAGS, f"--user-data-dir={profile}", "--dump-dom",
+                                  Path(checked.name).as_uri()], capture_output=True, text=True, timeout=timeout)
         finally:
-            os.unlink(checker.name)
-    found = re.search(r'<pre id="out">([^<]*)</pre>', dom.stdout)
-    if not found or found.group(1) == "pending":
-        raise RuntimeError(f"chromium did not load {index_html}: {dom.stderr[-2000:]}")
-    result = json.loads(found.group(1))
-    shot = [f"--screenshot={Path(screenshot).resolve()}"] if screenshot else ["--dump-dom"]
-    with tempfile.TemporaryDirectory() as profile:
-        run = subprocess.run([browser, *FLAGS, f"--user-data-dir={profile}", f"--window-size=1300,{height}",
-                              "--enable-logging=stderr", "--v=0", *shot, index_html.as_uri()],
-                             capture_output=True, text=True, timeout=timeout)
-    result["console_errors"] = [line for line in run.stderr.splitlines()
-                                if ":CONSOLE" in line and index_html.name in line]
+            os.unlink(checked.name)
+    found = re.search(r'<pre id="dmlrepro-check">([^<]*)</pre>', dom.stdout)
+    if not found:  # its stderr is mostly D-Bus noise: the exit status says enough
+        raise RuntimeError(f"chromium ({browser}) did not load {index_html} (exit status {dom.returncode}); "
+                           f"expected a page it can open")
+    result = json.loads(html.unescape(found.group(1)))
+    if screenshot:
+        with tempfile.TemporaryDirectory() as profile:
+            subprocess.run([browser, *FLAGS, f"--user-data-dir={profile}", f"--window-size=1300,{height}",
+                            f"--screenshot={Path(screenshot).resolve()}", index_html.as_uri()],
+                           capture_output=True, text=True, timeout=timeout)
     return result
 
 
@@ -69,7 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--screenshot", help="also write a full-page PNG screenshot here")
     parser.add_argument("--height", type=int, default=4000, help="screenshot height in pixels (default 4000)")
     args = parser.parse_args(argv)
-    result = check_report(args.index_html, args.screenshot, args.height)
+    if not Path(args.index_html).is_file():
+        print(f"dmlrepro check-report: {args.index_html}: file not found; expected a built report, "
+              f"e.g. results/report/index.html", file=sys.stderr)
+        return 2
+    try:
+        result = check_report(args.index_html, args.screenshot, args.height)
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as error:
+        print(f"dmlrepro check-report: {error}", file=sys.stderr)
+        return 1
     print(f"{result['images']} images, {len(result['broken'])} broken {result['broken']}, "
           f"{len(result['console_errors'])} console messages")
     for line in result["console_errors"]:

@@ -50,8 +50,17 @@ def _config(path: str, sets: Sequence[str]) -> dict[str, Any]:
 
 
 def _error(cmd: str, e: BaseException, code: int) -> int:
-    print(f"dmlrepro {cmd}: error: {e}", file=sys.stderr, flush=True)
+    print(f"dmlrepro {cmd}: error: {one_line(e)}", file=sys.stderr, flush=True)
     return code
+
+
+def one_line(e: BaseException) -> str:
+    """The error's message on one line. An error raised in a DataLoader worker comes back with the
+    worker's traceback as its text ("Original Traceback ..."): its last line is the message."""
+    text = str(e).strip()
+    if "Original Traceback" in text:
+        text = text.splitlines()[-1].split(": ", 1)[-1]
+    return " ".join(text.split())
 
 
 def train_main(argv: Sequence[str] | None = None) -> int:

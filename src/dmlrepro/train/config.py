@@ -23,7 +23,7 @@ import yaml
 from dmlrepro.nested import canonical
 from dmlrepro.standin_recipe import StandinError, resolve_recipe
 
-from .config_checks import GROUPS, ConfigError, config_error
+from .config_checks import GROUPS, ConfigError, check_loss_hparam_types, config_error, read_yaml
 from .config_keys import (
     DEFAULTS,
     FREE_MAPPINGS,
@@ -250,6 +250,7 @@ def _check_loss_once(keys: str) -> None:
 
     keys = json.loads(keys)
     loss_cfg = keys["loss"]
+    check_loss_hparam_types(loss_cfg["name"], loss_cfg["hparams"])
     try:
         loss = build_loss(loss_cfg["name"], 4, keys["embedding_size"] or 8, **dict(loss_cfg["hparams"]))
     except (TypeError, ValueError) as e:
@@ -272,8 +273,7 @@ def load_run_config(path: str | os.PathLike) -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"run config file not found: {path}")
-    with open(path, encoding="utf-8") as f:
-        data = yaml.safe_load(f)
+    data = read_yaml(path, "run config")
     if data is None:
         data = {}
     if not isinstance(data, Mapping):

@@ -7,6 +7,7 @@ key tables). The keys themselves, with their checks, are in ``config_keys``.
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +27,53 @@ class ConfigError(ValueError):
 
 def config_error(key: str, value: Any, expected: str) -> ConfigError:
     return ConfigError(f"run config: {key} = {value!r}: expected {expected}")
+
+
+def read_yaml(path: str | os.PathLike, what: str) -> Any:
+    """The YAML document in ``path``; a syntax error or a file that is not UTF-8 is a
+    :class:`ConfigError` of one line naming the file, the line and column, and the problem."""
+    import yaml  # deferred: only the loaders need it
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return yaml.safe_load(handle)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        context = getattr(error, "context", None)
+        raise ConfigError(f"{path}{where}: not valid YAML ({problem}{'; ' + context if context else ''}); "
+                          f"expected a {what} in YAML") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); "
+                          f"expected a {what} in YAML") from None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def numeric_loss_hparams(name: str) -> dict[str, bool]:
+    """The hyperparameters of loss ``name`` that are numbers (-> whether null is allowed): the
+    constructor's parameters annotated ``float``/``int`` and the baselines' numeric defaults."""
+    from dmlrepro.losses import BASELINES, PAPER_LOSSES  # deferred: imports torch
+
+    numeric = {key: False for key, value in getattr(BASELINES.get(name), "defaults", {}).items() if _is_number(value)}
+    constructor = PAPER_LOSSES.get(name)
+    if inspect.isclass(constructor):
+        for param in list(inspect.signature(constructor).parameters.values())[2:]:  # after num_classes, embedding_size
+            parts = {part.strip() for part in str(param.annotation).split("|")}
+            if parts & {"int", "float"} and parts <= {"int", "float", "None"}:
+                numeric[param.name] = "None" in parts
+    return numeric
+
+
+def check_loss_hparam_types(name: str, hparams: Mapping[str, Any]) -> None:
+    """A numeric hyperparameter given as something else (``alpha: "four"``) names its key."""
+    for key, allows_null in numeric_loss_hparams(name).items():
+        if key in hparams and not (_is_number(hparams[key]) or (allows_null and hparams[key] is None)):
+            raise config_error(f"loss.hparams.{key}", hparams[key],
+                               f"a number{' or null' if allows_null else ''} (loss {name!r})")
 
 
 def _md(value: Any) -> str:
