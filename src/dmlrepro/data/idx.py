@@ -28,6 +28,11 @@ FILES = {  # split -> (images file, labels file), the release's names
 }
 
 
+def idx_format(filename: str) -> tuple[int, int]:
+    """(magic number, number of dims) of a release file by its name (``*-idx3-ubyte``: images)."""
+    return (IMAGES_MAGIC, 3) if "-idx3-" in filename else (LABELS_MAGIC, 1)
+
+
 class IdxError(LayoutError):
     """An IDX file is damaged or is not the file its name says."""
 
@@ -45,19 +50,26 @@ def read_idx(path: str | Path, magic: int, ndim: int) -> np.ndarray:
     except (OSError, zlib.error) as e:
         raise IdxError(f"{path.name}: not a readable gzip file ({e}); expected the gzip-compressed IDX {content} "
                        "file of the official release") from None
+    return parse_idx(data, path.name, magic, ndim)
+
+
+def parse_idx(data: bytes, name: str, magic: int, ndim: int) -> np.ndarray:
+    """The uint8 array of the uncompressed IDX bytes ``data`` of the file ``name`` (for messages),
+    checked: this magic number, ``ndim`` dims, exactly the declared number of bytes."""
+    content = "images" if magic == IMAGES_MAGIC else "labels"
     header = 4 * (1 + ndim)
     if len(data) < header:
-        raise IdxError(f"{path.name}: truncated header: {len(data)} bytes, expected at least {header} "
+        raise IdxError(f"{name}: truncated header: {len(data)} bytes, expected at least {header} "
                        f"(magic and {ndim} dimension(s))")
     got = int.from_bytes(data[:4], "big")
     if got != magic:
-        raise IdxError(f"{path.name}: bad magic number {got}, expected {magic} (IDX {content}, uint8, {ndim}-d); "
+        raise IdxError(f"{name}: bad magic number {got}, expected {magic} (IDX {content}, uint8, {ndim}-d); "
                        "the file is not the official release, or images and labels are swapped")
     dims = tuple(int(d) for d in np.frombuffer(data, ">u4", ndim, 4))
     size = int(np.prod(dims, dtype=np.int64))
     if len(data) - header != size:
         state = "truncated data" if len(data) - header < size else "trailing bytes"
-        raise IdxError(f"{path.name}: {state}: the header declares {content} of shape {dims} = {size} bytes, "
+        raise IdxError(f"{name}: {state}: the header declares {content} of shape {dims} = {size} bytes, "
                        f"the file holds {len(data) - header}")
     return np.frombuffer(data, np.uint8, size, header).reshape(dims)
 

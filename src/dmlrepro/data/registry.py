@@ -7,8 +7,8 @@ cub200         CUB-200-2011                       downloaded (data.caltech.edu),
 cars196        Cars-196                           user URL or user-placed files, md5 checked
 sop            Stanford Online Products           downloaded (Stanford FTP) or placed, md5
 inshop         In-Shop Clothes Retrieval          user-placed files (no md5 published)
-mnist          MNIST handwritten digits           downloaded (torchvision's S3 mirror), md5
-fashion_mnist  Fashion-MNIST (Zalando)            downloaded (Zalando's S3 bucket), md5
+mnist          MNIST handwritten digits           downloaded (torchvision's S3 mirror) or a local copy, md5
+fashion_mnist  Fashion-MNIST (Zalando)            downloaded (Zalando's S3 bucket) or a local copy, md5
 synthetic      generated fine-grained shapes      generated from a seed, no network
 digits         scikit-learn handwritten digits    shipped with scikit-learn, no network
 =============  =================================  ==========================================
@@ -51,12 +51,14 @@ def prepare(
     strict_counts: bool = True,
     force: bool = False,
     progress: bool = True,
+    source: str | os.PathLike | None = None,
     **params,
 ) -> Path:
     """Prepare dataset ``name`` under ``<root>/<name>/`` and return its manifest path.
 
     Benchmarks: ``urls`` / ``archives`` override where files come from, ``md5`` overrides the
-    expected md5 per file name (None: skip), ``strict_counts`` asserts the papers' counts.
+    expected md5 per file name (None: skip), ``strict_counts`` asserts the papers' counts; ``source``
+    (mnist, fashion_mnist): a local copy of the IDX files instead of the download (docs/data.md).
     ``synthetic``: ``seed``, ``num_classes``, ``images_per_class``, ``size``, ``modes``,
     ``family_size``. ``digits``: ``size``. An already prepared dataset is reused unless ``force``.
     Two processes preparing the same folder take turns; the second then reuses the first's work.
@@ -64,17 +66,17 @@ def prepare(
     _check_known(name)
     with preparation_lock(dataset_dir(root, name)):
         return _prepare(name, root, urls=urls, archives=archives, md5=md5, strict_counts=strict_counts,
-                        force=force, progress=progress, **params)
+                        force=force, progress=progress, source=source, **params)
 
 
-def _prepare(name, root, *, urls, archives, md5, strict_counts, force, progress, **params) -> Path:
+def _prepare(name, root, *, urls, archives, md5, strict_counts, force, progress, source, **params) -> Path:
     if name in BENCHMARKS:
         if params:
             raise TypeError(f"dataset {name!r} takes no parameters {sorted(params)}")
         return prepare_benchmark(BENCHMARKS[name], root, urls=urls, archives=archives, md5=md5,
-                                 strict_counts=strict_counts, force=force, progress=progress)
-    if urls or archives or md5:
-        raise TypeError(f"dataset {name!r} is embedded; it takes no urls, archives or md5")
+                                 strict_counts=strict_counts, force=force, progress=progress, source=source)
+    if urls or archives or md5 or source is not None:
+        raise TypeError(f"dataset {name!r} is embedded; it takes no urls, archives, md5 or --from")
     if name == "synthetic":
         return prepare_synthetic(root, force=force, progress=progress, **params)
     # the last embedded dataset (prepare checked the name)
