@@ -24,6 +24,7 @@ import psutil
 import torch
 
 from dmlrepro.losses import build_loss
+from dmlrepro.losses.search_precision import cpu_has_native_bfloat16, search_dtype_on
 
 SCALES = {"cub": {"num_classes": 100, "proxies_per_class": 15}, "sop": {"num_classes": 11318, "proxies_per_class": 2}}
 
@@ -111,7 +112,9 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, D {args.dim}, "
-          f"Adam lr {args.lr} wd {args.weight_decay}, {args.steps} timed steps after {args.warmup}")
+          f"Adam lr {args.lr} wd {args.weight_decay}, {args.steps} timed steps after {args.warmup}; "
+          f"CPU capability {torch.backends.cpu.get_cpu_capability()}, native bfloat16 {cpu_has_native_bfloat16()}: "
+          f"PFML searches in {search_dtype_on(torch.device('cpu'))}")
     results = []
     for scale_name in args.scales:
         scale = SCALES[scale_name]

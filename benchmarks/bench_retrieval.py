@@ -174,7 +174,7 @@ def main() -> None:
     ap.add_argument("--distance", default="cosine", help="distance of the backend comparison")
     ap.add_argument("--repeats", type=int, default=1, help="runs per backend and ks set (best time kept)")
     ap.add_argument("--device", default=None,
-                    help="our metrics' device: cpu, cuda, cuda:N (faiss on the GPU needs the gpu extra); "
+                    help="our metrics' device: cpu, cuda, cuda:N (faiss on the GPU needs a faiss GPU build); "
                          "default: where the inputs are (numpy: CPU)")
     args = ap.parse_args()
 

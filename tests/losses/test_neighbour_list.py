@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from dmlrepro.losses import CPMLLoss, PFMLLoss
-from dmlrepro.losses.distances import lowp_rounding_bound, lowp_threshold, shifted_cross_lowp
+from dmlrepro.losses.distances import (raised_threshold, search_columns, search_rounding_bound, search_rows,
+                                      squared_distance_estimates)
 from dmlrepro.losses.neighbour_list import NeighbourList
 
 
@@ -115,20 +116,37 @@ def test_far_points_travel_far_but_not_past_a_newcomer():
     assert set(zip(first.tolist(), second.tolist())) == {(0, 2)}
 
 
+@pytest.mark.parametrize("dtype,roundoff", [(torch.bfloat16, 2.0 ** -8), (torch.float32, 2.0 ** -24),
+                                             (torch.float32, 2.0 ** -11)])
 @pytest.mark.parametrize("scale", [0.05, 1.0, 6.0])
-def test_low_precision_search_error_is_within_its_bound(scale):
+def test_search_error_is_within_its_bound(scale, dtype, roundoff):
+    """The GEMM's error against float64 distances stays within the bound, and the bound is not vacuous.
+
+    roundoff 2^-11 is a float32 GEMM whose inputs are rounded to TF32 (CUDA with TF32 allowed),
+    emulated here by rounding the inputs to 10 explicit mantissa bits before the float32 GEMM."""
     g = torch.Generator().manual_seed(1)
     a, b = torch.randn(300, 512, generator=g) * scale / 22, torch.randn(500, 512, generator=g) * scale / 22
     b[:50] = a[:50] + 1e-3 * torch.randn(50, 512, generator=g)  # near pairs, where cancellation is worst
-    b_sq = b.pow(2).sum(1)
-    x = shifted_cross_lowp(a, b, b_sq, torch.bfloat16).double() + a.double().pow(2).sum(1)[:, None]
+    rows, columns = search_rows(a, dtype), search_columns(b, dtype)
+    if roundoff == 2.0 ** -11:
+        rows, columns = round_to_tf32(rows), round_to_tf32(columns)
+    x = squared_distance_estimates(rows, columns).double()
     exact = torch.cdist(a.double(), b.double()).pow(2)
-    bound = lowp_rounding_bound(float(a.norm(dim=1).max()), float(b.norm(dim=1).max()), 512, torch.bfloat16)
+    bound = search_rounding_bound(float(a.norm(dim=1).max()), float(b.norm(dim=1).max()), 512, dtype, roundoff)
     error = (x - exact).abs().max().item()
     assert 0 < error <= bound
-    assert error > bound / 50  # the bound is not vacuous
-    t = torch.tensor([0.3, 1.7, 123.4])
-    assert (lowp_threshold(t, torch.bfloat16).double() >= t.double()).all()
+    if roundoff > 2.0 ** -24:  # input rounding dominates: the bound is within 50x of the worst error seen
+        assert error > bound / 50
+    else:  # float32: the worst-case accumulation term dominates, yet it widens the search negligibly
+        assert bound < 1e-3 * (float(a.norm(dim=1).max()) + float(b.norm(dim=1).max())) ** 2
+    for t in (0.3, 1.7, 123.4, 1e-3 + 1e-9):
+        assert torch.tensor(raised_threshold(t, dtype), dtype=dtype).double() >= t
+
+
+def round_to_tf32(x):
+    """float32 rounded to nearest with 10 explicit mantissa bits (what TF32 tensor cores read)."""
+    bits = x.view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
 
 
 @pytest.mark.parametrize("sparse_block", ["DENSE_PROXY_PAIRS", "DENSE_SAMPLE_PROXY_PAIRS"])

@@ -2,7 +2,7 @@
 N×N), NMI, proxy–data distances (PFML W2, RSW AvgDTP), the MLRC concatenation helper and
 embeddings I/O.
 
-faiss is imported lazily (extras ``dmlrepro[cpu]`` / ``dmlrepro[gpu]``). See docs/evaluation.md.
+faiss is imported lazily (extra ``dmlrepro[cpu]``; on a GPU k-NN runs in torch). See docs/evaluation.md.
 """
 
 from .clustering import kmeans_assignments, nmi

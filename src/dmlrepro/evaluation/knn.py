@@ -9,9 +9,9 @@ is the k first of the other items in that order. See docs/evaluation.md.
 **Backends.** ``torch``: chunked matrix products + ``torch.topk`` on the embeddings' device (CPU or
 CUDA). ``faiss-cpu``: faiss ``IndexFlatL2``/``IndexFlatIP``. ``faiss-gpu``: the same index on a GPU,
 used only after a probe search in a subprocess succeeded on that GPU (a faiss wheel without
-kernels for the GPU's architecture aborts the process, which no in-process fallback can catch).
-``auto``: faiss-cpu on the CPU; on CUDA faiss-gpu when it probes fine and k fits faiss's GPU limit,
-else torch. Each backend returns the k + 1 best candidates (the one after the k-th only shows
+kernels for the GPU's architecture aborts the process, which no in-process fallback can catch);
+only on request: dmlrepro installs no faiss GPU build. ``auto``: faiss-cpu on the CPU, torch on CUDA
+(exact, and at SOP size 60-100x faster than faiss-cpu: docs/benchmarks.md). Each backend returns the k + 1 best candidates (the one after the k-th only shows
 whether a tie group crosses the k boundary); :func:`_canonical` orders them by the rule, and rows
 whose k-th and (k+1)-th scores are equal are recomputed by :func:`exact_topk` (int64 keys =
 score bits ‖ index, exact). Both faiss and torch compute float32 scores, so results are identical
@@ -76,9 +76,8 @@ def import_faiss() -> Any:
         import faiss  # noqa: PLC0415  (lazy on purpose: faiss is an optional extra)
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "dmlrepro.evaluation needs faiss for exact k-NN search and k-means. Install one "
-            "flavour: `pip install 'dmlrepro[cpu]'` (faiss-cpu) or `pip install 'dmlrepro[gpu]'` "
-            "(faiss-gpu-cu12); never both."
+            "dmlrepro.evaluation needs faiss for exact k-NN search on the CPU and k-means: "
+            "`pip install 'dmlrepro[cpu]'` (faiss-cpu; also on GPU machines, where k-NN runs in torch)"
         ) from err
     return faiss
 
@@ -225,26 +224,28 @@ def resolve_backend(backend: str, dev: Any, search_k: int) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"knn backend must be one of {BACKENDS}, got {backend!r}")
     on_cuda = dev.type == "cuda"
+    if backend == "auto":
+        return auto_backend(dev.type, faiss_installed=not on_cuda and _faiss_or_none() is not None)
     if backend == "torch":
         return "torch"
     if backend == "faiss-cpu":
         import_faiss()
         return "faiss-cpu"
-    faiss = import_faiss() if backend == "faiss-gpu" else _faiss_or_none()
-    if backend == "faiss-gpu":
-        gpu = dev.index if on_cuda else 0
-        if faiss_gpu_count(faiss) <= gpu:
-            raise ValueError(f"knn backend 'faiss-gpu' on GPU {gpu} was requested but faiss sees "
-                             f"{faiss_gpu_count(faiss)} GPU(s); install 'dmlrepro[gpu]' or use 'torch'")
-        if search_k > FAISS_GPU_MAX_K:
-            raise ValueError(f"knn backend 'faiss-gpu' cannot search k = {search_k} > {FAISS_GPU_MAX_K}")
-        if not faiss_gpu_usable(gpu):
-            raise ValueError(f"knn backend 'faiss-gpu': the probe search on GPU {gpu} failed (see the log)")
-        return "faiss-gpu"
-    if not on_cuda:  # auto on the CPU
-        return "faiss-cpu" if faiss is not None else "torch"
-    if faiss_gpu_count(faiss) > dev.index and search_k <= FAISS_GPU_MAX_K and faiss_gpu_usable(dev.index):
-        return "faiss-gpu"
+    faiss, gpu = import_faiss(), dev.index if on_cuda else 0  # "faiss-gpu": a faiss GPU build the user installed
+    if faiss_gpu_count(faiss) <= gpu:
+        raise ValueError(f"knn backend 'faiss-gpu' on GPU {gpu} was requested but faiss sees "
+                         f"{faiss_gpu_count(faiss)} GPU(s); use 'torch' (or install a faiss GPU build)")
+    if search_k > FAISS_GPU_MAX_K:
+        raise ValueError(f"knn backend 'faiss-gpu' cannot search k = {search_k} > {FAISS_GPU_MAX_K}")
+    if not faiss_gpu_usable(gpu):
+        raise ValueError(f"knn backend 'faiss-gpu': the probe search on GPU {gpu} failed (see the log)")
+    return "faiss-gpu"
+
+
+def auto_backend(device_type: str, faiss_installed: bool) -> str:
+    """`auto`: torch on a GPU (exact, no faiss GPU build to install), faiss-cpu on the CPU where it is installed."""
+    if device_type == "cpu" and faiss_installed:
+        return "faiss-cpu"
     return "torch"
 
 

@@ -15,15 +15,17 @@ therefore evaluated as (count · ψ_rep(δ_rep)) + Σ_near (ψ_rep(d) − ψ_rep
 pairs come from a no-grad search (sample–proxy) and a Verlet neighbour list (proxy–proxy). The
 value and gradients equal the dense evaluation up to floating-point rounding.
 
-When the near proxy pairs are too many for a list (PAIR_MEMORY_BYTES; PFML 64-d on SOP at
+When the near proxy pairs are too many for a list (`pair_memory_budget`; PFML 64-d on SOP at
 initialisation: all of them), or an (n, n) matrix too large, the proxy–proxy sum runs over every pair
 in chunks of rows (`chunked_pair_sum`, memory O(rows · n)); the path taken depends only on the current
-proxies (the near pairs counted now), so a resumed run takes the same one — unless a list kept
+proxies (the near pairs counted now) and the device's total memory, so a resumed run takes the same one — unless a list kept
 from earlier steps overflows on candidates (within δ_rep + 2·skin) that a fresh list would not hold.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 
 import torch
@@ -32,18 +34,22 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .base import check_embeddings, full_precision
-from .distances import (lowp_rounding_bound, lowp_threshold, paired_distances, pairwise_distances, self_distances,
-                        shifted_cross_lowp)
+from .distances import (paired_distances, pairwise_distances, raised_threshold, search_columns, search_rounding_bound,
+                        search_rows, self_distances, squared_distance_estimates)
 from .neighbour_list import NeighbourList
+from .search_precision import input_roundoff, search_dtype_on
 
 PAIR_SEARCH_MODES = ("auto", "dense", "neighbour")
 # "auto" evaluates a block densely up to this many pairs; beyond, near pairs only (at CUB scale on 2 CPU
 # cores the dense step took 361 ms and the near-pair step 14 ms, benchmarks/bench_losses.py)
 DENSE_PROXY_PAIRS = 2**14
 DENSE_SAMPLE_PROXY_PAIRS = 2**14
-# on a GPU "auto" is dense while a block's pair matrices (distances, potentials and their gradients, about
-# DENSE_BYTES_PER_PAIR each pair) fit DENSE_GPU_BYTES: there the limits above, tuned on 2 CPU cores, do not apply
+# on an accelerator "auto" is dense while a block's pair matrices (distances, potentials and their gradients,
+# DENSE_BYTES_PER_PAIR each pair nominally; the float32 forward + backward peaked at 28-29 bytes per pair,
+# docs/losses.md) fit 1/DENSE_GPU_MEMORY_SHARE of the device's memory, at least DENSE_GPU_BYTES: there the
+# limits above, tuned on 2 CPU cores, do not apply
 DENSE_GPU_BYTES = 2**28
+DENSE_GPU_MEMORY_SHARE = 8
 DENSE_BYTES_PER_PAIR = 16
 PAIR_CHUNK = 2**16  # beyond this many near proxy pairs, evaluate them in checkpointed chunks (memory O(chunk·D))
 # memory the proxy–proxy block may take: beyond it the full matrix is evaluated in row chunks, and a
@@ -52,6 +58,29 @@ PAIR_CHUNK = 2**16  # beyond this many near proxy pairs, evaluate them in checkp
 PAIR_MEMORY_BYTES = 2**28
 LISTED_PAIR_BYTES = 64  # indices, candidate masks and the gathered rows' distances of one listed pair
 CHUNK_BYTES_PER_PAIR = 64  # the few (chunk, n) matrices of one row chunk, in float64, with their gradients
+
+
+def pair_memory_budget(device_type: str, total_memory: int | None) -> int:
+    """Bytes the proxy–proxy block (dense matrix, listed pairs or one row chunk) and "auto"'s dense blocks
+    may take: PAIR_MEMORY_BYTES on the CPU; on an accelerator a share of its memory, at least DENSE_GPU_BYTES."""
+    if device_type == "cpu" or not total_memory:
+        return PAIR_MEMORY_BYTES
+    return max(DENSE_GPU_BYTES, total_memory // DENSE_GPU_MEMORY_SHARE)
+
+
+@functools.cache
+def device_memory(device: torch.device) -> int | None:
+    """Total memory of a CUDA device (its MIG slice under MIG), asked once per process; None elsewhere.
+
+    The total, not the free memory: the path a step takes must not depend on what else is allocated,
+    so that a resumed run on the same kind of device takes the same one."""
+    if device.type != "cuda":
+        return None
+    return int(torch.cuda.mem_get_info(device)[1])
+
+
+def memory_budget(device: torch.device) -> int:
+    return pair_memory_budget(device.type, device_memory(device))
 
 
 class _PrecomputedGradient(torch.autograd.Function):
@@ -116,18 +145,19 @@ class PotentialFieldLoss(nn.Module):
         proxy_init: "normal" (i.i.d. Gaussian, std `proxy_init_std`, default √(2/N)) or
             "unit_sphere" (the Gaussian draw normalised once).
         pair_search: "dense" (every pair), "neighbour" (near pairs only, exact), or "auto"
-            (near pairs only in blocks of more than 2^14 pairs on the CPU, of more than
-            DENSE_GPU_BYTES / DENSE_BYTES_PER_PAIR = 2^24 pairs on a GPU).
+            (near pairs only in blocks of more than 2^14 pairs on the CPU; on a GPU in blocks whose
+            pair matrices would take more than 1/8 of its memory, `pair_memory_budget`).
         skin: least distance a proxy may move before its neighbour-list row is searched again;
             None means δ_rep / 10 (see `neighbour_list.py`; measured in docs/losses.md).
-        search_dtype: precision of the no-grad near-pair searches (bfloat16; float32 on CPUs
-            without fast bfloat16). Rounding is bounded, so results stay exact either way.
+        search_dtype: precision of the no-grad near-pair searches' GEMM; None (default) picks it per
+            device (`search_precision.py`: bfloat16 on CPUs with native bfloat16, float32 elsewhere).
+            Rounding is bounded, so the pairs, and the loss, are the same whatever the precision.
     """
 
     def __init__(self, num_classes: int, embedding_size: int, proxies_per_class: int, delta: float,
                  delta_rep: float | None = None, reduction: str = "sum", normalize_proxies: bool = False,
                  proxy_init: str = "normal", proxy_init_std: float | None = None, pair_search: str = "auto",
-                 skin: float | None = None, search_dtype: torch.dtype = torch.bfloat16):
+                 skin: float | None = None, search_dtype: torch.dtype | None = None):
         super().__init__()
         if num_classes < 1 or embedding_size < 1 or proxies_per_class < 0:
             raise ValueError(f"{type(self).__name__}: need num_classes >= 1, embedding_size >= 1 and "
@@ -170,7 +200,7 @@ class PotentialFieldLoss(nn.Module):
     def _sparse(self, pairs: int, dense_limit: int, device: torch.device | None = None) -> bool:
         if self.pair_search == "auto":
             if device is not None and device.type != "cpu":  # by memory budget on an accelerator
-                return pairs * DENSE_BYTES_PER_PAIR > DENSE_GPU_BYTES
+                return pairs * DENSE_BYTES_PER_PAIR > memory_budget(device)
             return pairs > dense_limit
         return self.pair_search == "neighbour"
 
@@ -219,16 +249,20 @@ class PotentialFieldLoss(nn.Module):
         m = self.proxies_per_class
         per_class = q.view(self.num_classes, m, -1)
         if m <= 3:  # few pairs per class: differences are cheaper than N tiny Gram matrices
-            k, l = torch.triu_indices(m, m, 1, device=q.device)
-            return 2.0 * self.attraction(paired_distances(per_class[:, k], per_class[:, l])).sum()
+            # views of the k-th proxies (unbind: a light backward, no scatter into a zero buffer)
+            kth, pairs = per_class.unbind(1), list(itertools.combinations(range(m), 2))
+            if not pairs:
+                return q.new_zeros(())
+            first, second = (torch.stack([kth[pair[side]] for pair in pairs]) for side in (0, 1))
+            return 2.0 * self.attraction(paired_distances(first, second)).sum()
         off_diagonal = ~torch.eye(m, dtype=torch.bool, device=q.device)
         return self.attraction(self_distances(per_class)[:, off_diagonal]).sum()
 
     def _different_class_proxies(self, q: torch.Tensor) -> torch.Tensor:
         """Σ ψ_rep over ordered different-class proxy pairs, from every pair: one (n, n) matrix while it
-        fits PAIR_MEMORY_BYTES, else chunks of rows (`chunked_pair_sum`; same sum, bounded memory)."""
-        n, labels = q.shape[0], self.proxy_labels
-        if n * n * DENSE_BYTES_PER_PAIR <= PAIR_MEMORY_BYTES:
+        fits the device's `pair_memory_budget`, else chunks of rows (`chunked_pair_sum`; same sum, bounded memory)."""
+        n, labels, budget = q.shape[0], self.proxy_labels, memory_budget(q.device)
+        if n * n * DENSE_BYTES_PER_PAIR <= budget:
             self.pair_path = "dense"
             return torch.where(labels[:, None] != labels[None, :], self.repulsion(self_distances(q)), 0.0).sum()
         near = []
@@ -244,19 +278,20 @@ class PotentialFieldLoss(nn.Module):
             return phi[:, :stop - start].sum() + 2.0 * phi[:, stop - start:].sum()
 
         self.pair_path = "chunked"
-        total = chunked_pair_sum(q, rows_sum, max(1, PAIR_MEMORY_BYTES // (n * CHUNK_BYTES_PER_PAIR)))
+        total = chunked_pair_sum(q, rows_sum, max(1, budget // (n * CHUNK_BYTES_PER_PAIR)))
         # the neighbour list is tried again once the near pairs would fit it
-        self._listed_pairs_fit = sum(near) <= PAIR_MEMORY_BYTES // LISTED_PAIR_BYTES
+        self._listed_pairs_fit = sum(near) <= budget // LISTED_PAIR_BYTES
         return total
 
     def _near_proxy_pairs(self, q: torch.Tensor):
         """The different-class proxy pairs within δ_rep now, in a canonical order; None beyond the memory budget."""
-        listed = self._neighbours.pairs(q, self.proxy_labels, max_pairs=2 * PAIR_MEMORY_BYTES // LISTED_PAIR_BYTES)
+        budget = memory_budget(q.device)
+        listed = self._neighbours.pairs(q, self.proxy_labels, max_pairs=2 * budget // LISTED_PAIR_BYTES)
         if listed is None:
             self._listed_pairs_fit = False
             return None
         first, second = within(q, *listed, self.delta_rep)
-        if len(first) > PAIR_MEMORY_BYTES // LISTED_PAIR_BYTES:
+        if len(first) > budget // LISTED_PAIR_BYTES:
             self._neighbours.reset()  # rebuilt from the positions of its next use, as on a fresh start
             self._listed_pairs_fit = False
             return None
@@ -276,11 +311,12 @@ class PotentialFieldLoss(nn.Module):
         if sparse_zp:
             own = (y[:, None] * m + torch.arange(m, device=q.device)).flatten()  # each sample's class proxies
             with torch.no_grad():
-                q_sq, z_sq = torch.linalg.vector_norm(q, dim=-1).square(), torch.linalg.vector_norm(z, dim=-1).square()
-                bound = lowp_rounding_bound(float(z_sq.max().sqrt()), float(q_sq.max().sqrt()), z.shape[1],
-                                            self.search_dtype)
-                x = shifted_cross_lowp(z, q, q_sq, self.search_dtype)  # + ‖z_i‖² = squared distance
-                near = x < lowp_threshold(self.delta_rep ** 2 + bound - z_sq, x.dtype)[:, None]
+                dtype = self.search_dtype or search_dtype_on(q.device)
+                bound = search_rounding_bound(float(torch.linalg.vector_norm(z, dim=-1).max()),
+                                              float(torch.linalg.vector_norm(q, dim=-1).max()), z.shape[1], dtype,
+                                              input_roundoff(dtype, q.device))
+                x = squared_distance_estimates(search_rows(z, dtype), search_columns(q, dtype))
+                near = x < raised_threshold(self.delta_rep ** 2 + bound, dtype)
                 near &= y[:, None] != labels[None, :]
                 i, a = torch.nonzero(near, as_tuple=True)
         sparse_pp = pairs is not None
