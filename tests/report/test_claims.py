@@ -15,7 +15,7 @@ from scipy import stats
 from dmlrepro.report.aggregate import aggregate_runs, seed_table
 from dmlrepro.report.claims import (CONTRADICTED, HOLDS, INCONCLUSIVE, TTest, cell_values, check_claims,
                                     claim_verdict, comparison_verdict, evaluate_claim, load_catalogue,
-                                    paired_test, reported_numbers, welch_test)
+                                    paired_test, read_catalogue, reported_numbers, welch_test)
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOGUE = ROOT / "config" / "claims.yaml"
@@ -175,7 +175,8 @@ def test_cells_without_runs_are_inconclusive():
 
 def test_a_scale_without_cells_is_not_run():
     found = evaluate_claim(_claim(), "paper", {})
-    assert found == {"comparisons": [], "verdict": None}
+    assert found == {"comparisons": [], "test_verdict": None, "p": None, "checks": [], "failing_checks": [],
+                     "verdict": None}
 
 
 def test_cell_values_match_sweep_points_and_skip_nan():
@@ -213,7 +214,7 @@ def test_catalogue_matches_the_configs(config, scale):
     from snakemake.utils import validate
 
     claims = load_catalogue(CATALOGUE)
-    validate({"claims": claims}, str(ROOT / "workflow" / "schemas" / "claims.schema.yaml"))
+    validate(read_catalogue(CATALOGUE), str(ROOT / "workflow" / "schemas" / "claims.schema.yaml"))
     loaded = _config(config)
     assert loaded["claims"] == {"catalogue": "config/claims.yaml", "scale": scale}
     check_claims(claims, loaded, scale)

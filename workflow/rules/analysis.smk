@@ -67,6 +67,7 @@ rule report:
         ),
     output:
         html=f"{RESULTS}/report/index.html",
+        claims=f"{RESULTS}/report/claims.json",  # the Claims section's verdicts and checks (docs/report.md#claimsjson)
     log:
         f"{RESULTS}/logs/report.log",
     conda:

@@ -18,7 +18,7 @@ from dmlrepro.tuning.bayes import BEST_JSON, TRIALS_CSV
 from dmlrepro.tuning.final import FinalStage
 from dmlrepro.tuning.searches import method_search_spec, search_runs
 from dmlrepro import jobserver
-from dmlrepro.report.claims import check_claims, load_catalogue
+from dmlrepro.report.claims import check_claims, load_catalogue, read_catalogue
 from dmlrepro.report.sections import check_report
 from dmlrepro.data.label_noise import label_noise_path
 from dmlrepro.scheduler_timers import cancel_pending_timers
@@ -32,7 +32,7 @@ for name, experiment in config["experiments"].items():
 CLAIMS = None
 if config.get("claims"):
     CLAIMS = f"{workflow.basedir}/{config['claims']['catalogue']}"
-    validate({"claims": load_catalogue(CLAIMS)}, "../schemas/claims.schema.yaml")
+    validate(read_catalogue(CLAIMS), "../schemas/claims.schema.yaml")
     check_claims(load_catalogue(CLAIMS), config, config["claims"]["scale"])
 
 DATA = config["data_root"]

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from dmlrepro.report import provenance, render_report
-from dmlrepro.report.claims import claims_section, load_catalogue, seed_tables
+from dmlrepro.report.claims import claims_section, load_catalogue, load_check_ranges, seed_tables, write_claims
 from dmlrepro.preflight.workflow import PREFLIGHT_JSON
 from dmlrepro.report.provenance import collect_section_runs
 from dmlrepro.steplog import log_to
@@ -19,7 +19,8 @@ with log_to(snakemake.log[0]):
     if snakemake.input.claims:
         claims = claims_section(load_catalogue(snakemake.input.claims[0]), snakemake.params.claims_scale,
                                 seed_tables(snakemake.params.experiments, snakemake.input.seeds),
-                                snakemake.params.reported_dir)
+                                snakemake.params.reported_dir, load_check_ranges(snakemake.input.claims[0]))
+    write_claims(claims, snakemake.output.claims)  # the verdicts the HTML renders, as data
     render_report(sections, snakemake.input.sections,
                   provenance(Path(snakemake.input.template).parents[2], runs, experiments,
                              Path(snakemake.config["results"]) / PREFLIGHT_JSON),

@@ -8,13 +8,20 @@ and their last finite metrics are kept out of the means, unless the experiment r
 (`last_finite=True`: RSW Table III prints "the last result preceding numerical instability").
 Metrics under test-image corruptions (metrics.json `corruption_metrics`, RSW Table IV) are
 flat names such as `recall@1@gaussian_3`.
+
+Beside each metric, `<metric>@untrained` is the run's evaluation before training (metrics.json
+`untrained_metrics`, `eval.before_training`): the tables' untrained row and the Claims section's
+`beats_untrained` check. The per-seed table also carries what the Claims section's other mechanism
+checks read (`MECHANISM_COLUMNS`, report.mechanisms).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +34,60 @@ from dmlrepro.train.state import RunDir
 from .timing import timing_metrics
 
 TIMING = ("seconds_per_epoch", "train_hours")  # kept for diverged runs too: they cost the time
+UNTRAINED = "@untrained"  # `<metric>@untrained`: the metric of the network before training (epoch 0)
+#: per-run inputs of the Claims section's mechanism checks (report.mechanisms): ASAP's alternations, whether
+#: validation early-stopped the run, the loss's last-epoch move, the proxy metrics, an RSW run's final α
+MECHANISM_COLUMNS = ("alternations", "early_stopped", "loss_last_change", "w2", "avg_dtp", "rsw_alpha")
+PROXY_COLUMNS = ("w2", "avg_dtp")  # hidden for a diverged run, as its metrics
+
+
+def untrained_column(metric: str) -> str:
+    return f"{metric}{UNTRAINED}"
+
+
+def loss_last_change(train_log: str | os.PathLike) -> float | None:
+    """How far the last trained epoch moved the per-epoch training loss, as a share of the loss's range
+    over the run: |L_T − L_{T−1}| / (max L − min L) over the epochs with a finite loss (0 when the loss
+    never moved; None with fewer than 2 such epochs). Small: the loss had plateaued."""
+    log = pd.read_csv(train_log)
+    loss = pd.to_numeric(log.loc[log["epoch"] > 0, "loss"], errors="coerce").to_numpy(dtype=float)
+    loss = loss[np.isfinite(loss)]
+    if len(loss) < 2:
+        return None
+    spread = float(loss.max() - loss.min())
+    return 0.0 if spread == 0.0 else float(abs(loss[-1] - loss[-2]) / spread)
+
+
+def final_rsw_alpha(config: Mapping[str, Any]) -> float | None:
+    """The α of an RSW warp (eq. 7) at the end of training: phase 2's (`followup.loss.alpha`) when the
+    run has a second phase, else `loss.hparams.alpha`; None for another loss, the unwarped eq. 4, or an α
+    that places no minimum at a distance (∞, 0: RSW Table III's half-warps V5–V8)."""
+    loss = config.get("loss") or {}
+    hparams = loss.get("hparams") or {}
+    if loss.get("name") != "rsw" or hparams.get("warp") is False or hparams.get("function", "warp") != "warp":
+        return None
+    followup = config.get("followup") or {}
+    two_phase = followup.get("epochs") or followup.get("trigger") == "plateau"
+    alpha = (followup.get("loss") or {}).get("alpha") if two_phase else None
+    alpha = hparams.get("alpha") if alpha is None else alpha
+    return float(alpha) if alpha is not None and math.isfinite(float(alpha)) and float(alpha) > 0 else None
+
+
+def run_mechanism(result: Mapping[str, Any], train_log: str | os.PathLike, config: Mapping[str, Any]) -> dict:
+    """A run's inputs of the mechanism checks that its metrics do not hold: ASAP's alternations and
+    the early stop (metrics.json `validation`), the loss's last-epoch move (train_log.csv), the final α."""
+    out: dict[str, float] = {}
+    validation = result.get("validation") or {}
+    if validation:
+        out["alternations"] = float(validation.get("alternations", 0))
+        out["early_stopped"] = float(bool(validation.get("early_stopped")))
+    change = loss_last_change(train_log)
+    if change is not None and result.get("status") != "diverged":
+        out["loss_last_change"] = change
+    alpha = final_rsw_alpha(config)
+    if alpha is not None:
+        out["rsw_alpha"] = alpha
+    return out
 
 
 def sweep_label(point: Mapping[str, Any]) -> str:
@@ -49,22 +110,29 @@ def sweep_points(aggregated: pd.DataFrame, key: str) -> pd.Series:
 def seed_table(records: Iterable[Mapping[str, Any]], metrics: list[str], *,
                last_finite: bool = False) -> pd.DataFrame:
     """One row per record (a run, or an MLRC reproduction): method, dataset, sweep (sweep_label),
-    seed, diverged and each metric's value — the per-seed values behind aggregate_runs' means
-    (the Claims section tests over them). Records and `last_finite` as in aggregate_runs."""
+    seed, diverged, each metric's value and its untrained value (`<metric>@untrained`), and the
+    mechanism checks' inputs (MECHANISM_COLUMNS not among the metrics) — the per-seed values behind
+    aggregate_runs' means (the Claims section tests over them). Records and `last_finite` as in
+    aggregate_runs; a record's `mechanism` is run_mechanism's (NaN where absent)."""
     rows = []
+    extra = [c for c in MECHANISM_COLUMNS if c not in metrics]
+    columns = [*metrics, *(untrained_column(m) for m in metrics), *extra]
     for record in records:
         result = record["result"]
         row = {"method": record["method"], "dataset": record["dataset"],
                "sweep": sweep_label(record["sweep"]),
                "seed": record["seed"], "diverged": result.get("status") == "diverged"}
         measured = {**(record.get("timing") or {}), **(result.get("proxy_metrics") or {}),
-                    **(result.get("corruption_metrics") or {}), **(result.get("metrics") or {})}
-        for metric in metrics:
+                    **(result.get("corruption_metrics") or {}), **(result.get("metrics") or {}),
+                    **{untrained_column(k): v for k, v in (result.get("untrained_metrics") or {}).items()},
+                    **{k: v for k, v in (record.get("mechanism") or {}).items() if k not in PROXY_COLUMNS}}
+        for metric in columns:
             value = measured.get(metric)
-            hidden = row["diverged"] and metric not in TIMING and not last_finite
+            shown = metric in TIMING or metric.endswith(UNTRAINED) or (metric in extra and metric not in PROXY_COLUMNS)
+            hidden = row["diverged"] and not shown and not last_finite
             row[metric] = float("nan") if value is None or hidden else float(value)
         rows.append(row)
-    return pd.DataFrame(rows, columns=["method", "dataset", "sweep", "seed", "diverged", *metrics])
+    return pd.DataFrame(rows, columns=["method", "dataset", "sweep", "seed", "diverged", *columns])
 
 
 def aggregate_runs(records: Iterable[Mapping[str, Any]], metrics: list[str], *,
@@ -77,16 +145,17 @@ def aggregate_runs(records: Iterable[Mapping[str, Any]], metrics: list[str], *,
     diverged run contributes its last finite evaluation instead of NaN."""
     keys = ["method", "dataset", "sweep"]
     frame = seed_table(records, metrics, last_finite=last_finite)
+    columns = [*metrics, *(untrained_column(m) for m in metrics)]  # `<metric>@untrained_mean`: the untrained row
     if frame.empty:  # an experiment without runs (a figure drawn from the config alone)
-        return pd.DataFrame(columns=[*keys, *(f"{m}_{s}" for m in metrics for s in ("mean", "std", "ci95")),
+        return pd.DataFrame(columns=[*keys, *(f"{m}_{s}" for m in columns for s in ("mean", "std", "ci95")),
                                      "seeds", "diverged"])
     grouped = frame.groupby(keys, sort=False)
     table = grouped["seed"].count().rename("seeds").to_frame()
     if metrics:
-        stats = grouped[metrics].agg(["mean", "std", "count"])
-        for metric in metrics:
+        stats = grouped[columns].agg(["mean", "std", "count"])
+        for metric in columns:
             stats[(metric, "ci95")] = ci95_half_width(stats[(metric, "std")], stats[(metric, "count")])
-        stats = stats.drop(columns=[(metric, "count") for metric in metrics])
+        stats = stats.drop(columns=[(metric, "count") for metric in columns])
         stats.columns = [f"{metric}_{stat}" for metric, stat in stats.columns]
         table = stats.assign(seeds=table["seeds"])
     table["diverged"] = grouped["diverged"].sum()
@@ -151,18 +220,39 @@ def mlrc_records(records: Iterable[Mapping[str, Any]], fold_key: str = MLRC_FOLD
         if all("train_hours" in t for t in timings):  # the cost of the whole ensemble
             timing = {"train_hours": sum(t["train_hours"] for t in timings),
                       "seconds_per_epoch": sum(t["seconds_per_epoch"] for t in timings) / len(timings)}
+        untrained = {f"{name}@separated": value for name, value in _fold_means(results, "untrained_metrics").items()}
         whole = complete.pop((method, dataset, sweep_label(group["sweep"]), seed), None)
         if whole is not None:
             if whole["result"].get("status") != "completed":
                 diverged = True
             metrics.update({f"{name}@complete": value for name, value in (whole["result"].get("metrics") or {}).items()})
+            untrained.update({f"{name}@complete": value
+                              for name, value in (whole["result"].get("untrained_metrics") or {}).items()})
         out.append({"method": method, "dataset": dataset, "sweep": group["sweep"], "seed": seed, "folds": len(folds),
-                    "result": {"status": "diverged" if diverged else "completed", "metrics": metrics},
-                    "timing": timing})
+                    "result": {"status": "diverged" if diverged else "completed", "metrics": metrics,
+                               "untrained_metrics": untrained, "proxy_metrics": _fold_means(results, "proxy_metrics")},
+                    "mechanism": _fold_mechanism([f.get("mechanism") or {} for f in folds]), "timing": timing})
     if complete:
         method, dataset, sweep, seed = next(iter(complete))
         raise ValueError(f"MLRC experiment: a Complete run ({method}, {dataset}, {sweep!r}, seed {seed}) has no fold runs")
     return out
+
+
+def _fold_means(results: list[Mapping[str, Any]], key: str) -> dict[str, float]:
+    """The mean over the fold runs of each value of `result[key]` that every fold has."""
+    found = [r.get(key) or {} for r in results]
+    return {name: sum(f[name] for f in found) / len(found) for name in found[0]
+            if all(f.get(name) is not None for f in found)} if found else {}
+
+
+#: how the fold runs of an MLRC reproduction combine into its mechanism value: every fold must alternate
+#: and stop early (the fewest), every fold's loss plateau (the largest move); α is the method's
+_FOLD_COMBINE = {"alternations": min, "early_stopped": min, "loss_last_change": max, "rsw_alpha": min}
+
+
+def _fold_mechanism(folds: list[Mapping[str, float]]) -> dict[str, float]:
+    return {name: combine(f[name] for f in folds) for name, combine in _FOLD_COMBINE.items()
+            if folds and all(name in f for f in folds)}
 
 
 def _fold_embedding_files(folds: list[Mapping[str, Any]]) -> tuple[list, list | None]:
@@ -183,7 +273,10 @@ def write_experiment_tables(records: list[Mapping[str, Any]], metric_files: list
     rows = []
     for record, path, log in zip(records, metric_files, train_logs):
         with open(path) as handle:
-            rows.append({**record, "result": json.load(handle), "timing": timing_metrics(log)})
+            result = json.load(handle)
+        config = yaml.safe_load(RunDir(Path(path).parent).config.read_text())  # the run's resolved config
+        rows.append({**record, "result": result, "timing": timing_metrics(log),
+                     "mechanism": run_mechanism(result, log, config)})
     if mlrc:  # fold runs -> separated / concatenated records
         rows = mlrc_records(rows)
     write_table(aggregate_runs(rows, metrics, last_finite=last_finite), table)

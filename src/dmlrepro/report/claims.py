@@ -9,6 +9,11 @@ claimed sign; it contradicts when p < 0.05 / k (k comparisons; Bonferroni) and �
 sign; otherwise — fewer than 2 finite values on a side, no spread, or p too large — it is
 inconclusive. The claim holds when every comparison holds (an intersection–union test, level
 0.05), is contradicted when any comparison contradicts (family-wise level 0.05), else inconclusive.
+
+The mechanism checks a claim's scale declares (`checks`: report.mechanisms, with the catalogue's
+expected ranges) gate that verdict: when one fails, the claim is "not testable at this scale", with
+the failing check named, whatever its comparisons say. The section is written to claims.json too
+(`claims_record`), from the same evaluation the HTML renders.
 """
 
 from __future__ import annotations
@@ -17,7 +22,6 @@ import itertools
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,51 +29,17 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from .aggregate import MLRC_FOLD_KEY
+from dmlrepro.atomic import write_json_atomic
+
+from .aggregate import MLRC_FOLD_KEY, untrained_column
+from .mechanisms import CHECKS, run_check
 from .reported import load_reported, paper_units
+from .significance import ALPHA, TTest, paired_test, welch_test
 
-ALPHA = 0.05
 HOLDS, CONTRADICTED, INCONCLUSIVE = "holds", "contradicted", "inconclusive"
+NOT_TESTABLE = "not testable at this scale"  # a mechanism check failed: the comparisons do not test the claim
+VERDICTS = (HOLDS, CONTRADICTED, INCONCLUSIVE, NOT_TESTABLE)
 TESTS = {"welch": "two-sided Welch t-test", "paired": "two-sided paired t-test (seeds both cells have)"}
-
-
-@dataclass(frozen=True)
-class TTest:
-    """A two-sample t statistic: t, its degrees of freedom and the two-sided p-value."""
-
-    t: float
-    df: float
-    p: float
-
-
-def welch_test(a: Sequence[float], b: Sequence[float]) -> TTest | None:
-    """Welch's unequal-variance t-test of mean(a) − mean(b), two-sided (Welch 1947):
-    t = (ā − b̄) / √(s_a²/n_a + s_b²/n_b), ν = (s_a²/n_a + s_b²/n_b)² / Σ (s²/n)² / (n − 1).
-    None when a side has fewer than 2 values or neither side varies (t undefined)."""
-    from scipy.stats import t as student  # deferred: scipy.stats, only the tests of a claim need it
-
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if len(a) < 2 or len(b) < 2:
-        return None
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    if va + vb == 0.0:
-        return None
-    t = (a.mean() - b.mean()) / math.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    return TTest(float(t), float(df), float(2.0 * student.sf(abs(t), df)))
-
-
-def paired_test(a: Mapping[Any, float], b: Mapping[Any, float]) -> TTest | None:
-    """Paired t-test over the keys (seeds) both sides have: t = d̄ / (s_d / √n), ν = n − 1.
-    None when fewer than 2 pairs or the differences do not vary."""
-    from scipy.stats import t as student  # deferred: scipy.stats, only the tests of a claim need it
-
-    common = [k for k in a if k in b]
-    d = np.asarray([a[k] - b[k] for k in common], dtype=np.float64)
-    if len(d) < 2 or d.std(ddof=1) == 0.0:
-        return None
-    t = d.mean() / (d.std(ddof=1) / math.sqrt(len(d)))
-    return TTest(float(t), float(len(d) - 1), float(2.0 * student.sf(abs(t), len(d) - 1)))
 
 
 def comparison_verdict(delta: float | None, test: TTest | None, sign: int, k: int = 1,
@@ -97,8 +67,18 @@ def claim_verdict(verdicts: Iterable[str]) -> str | None:
 
 # ---- the catalogue ------------------------------------------------------------------------------
 
+def read_catalogue(path: str | os.PathLike) -> dict:
+    """The whole catalogue file: `checks` (the mechanism checks' expected ranges) and `claims`."""
+    return yaml.safe_load(Path(path).read_text())
+
+
 def load_catalogue(path: str | os.PathLike) -> list[dict]:
-    return list(yaml.safe_load(Path(path).read_text())["claims"])
+    return list(read_catalogue(path)["claims"])
+
+
+def load_check_ranges(path: str | os.PathLike) -> dict[str, dict]:
+    """check name -> its expected range (`low`, `high`), `what` it measures and its `source` in the papers."""
+    return dict(read_catalogue(path).get("checks") or {})
 
 
 def comparisons(claim: Mapping) -> list[tuple[str, str]]:
@@ -143,6 +123,40 @@ def check_claims(claims: Sequence[Mapping], config: Mapping, scale: str) -> None
                 raise ValueError(f"{where}.scales.{scale}.cells: {side!r} is not one of sides {sorted(sides)}")
             _check_cell(f"{where}.scales.{scale}.cells.{side}", cell, config, spec["datasets"],
                         _metrics(claim, scale))
+        for j, entry in enumerate(spec.get("checks") or []):
+            _check_gate(f"{where}.scales.{scale}.checks[{j}]", claim, scale, entry, config)
+
+
+def _check_gate(where: str, claim: Mapping, scale: str, entry: Mapping, config: Mapping) -> None:
+    """A mechanism check entry: a known check on a side with a cell at this scale, or on a cell of the config."""
+    if entry["check"] not in CHECKS:
+        raise ValueError(f"{where}.check: {entry['check']!r} is not one of {sorted(CHECKS)}")
+    cells = claim["scales"][scale]["cells"]
+    if "side" in entry and entry["side"] not in cells:
+        raise ValueError(f"{where}.side: {entry['side']!r} has no cell at scale {scale} ({sorted(cells)})")
+    metric = _gate_metric(claim, scale, entry)
+    for label, cell in _gate_targets(claim, scale, entry):
+        _check_cell(f"{where} ({label})", cell, config, claim["scales"][scale]["datasets"],
+                    [metric] if entry["check"] == "beats_untrained" else [])
+
+
+def _gate_metric(claim: Mapping, scale: str, entry: Mapping) -> str:
+    """The metric a check entry compares (beats_untrained): its own `metric`, else the claim's first."""
+    return entry.get("metric") or _metrics(claim, scale)[0]
+
+
+def _gate_targets(claim: Mapping, scale: str, entry: Mapping) -> list[tuple[str, Mapping]]:
+    """(label, cell) the entry checks: its `cell`, its `side`'s cell, or else every side's cell at the scale."""
+    cells = claim["scales"][scale]["cells"]
+    if "cell" in entry:
+        return [(_cell_label(entry["cell"]), entry["cell"])]
+    sides = [entry["side"]] if "side" in entry else list(cells)
+    return [(claim["sides"][side], cells[side]) for side in sides]
+
+
+def _cell_label(cell: Mapping) -> str:
+    point = ", ".join(f"{k}={v}" for k, v in (cell.get("sweep") or {}).items())
+    return f"{'/'.join(_experiments(cell))}: {cell['method']}" + (f" ({point})" if point else "")
 
 
 def _check_cell(where: str, cell: Mapping, config: Mapping, datasets: Sequence[str], metrics: Sequence[str]):
@@ -220,9 +234,12 @@ def _reason(test: TTest | None, a: Mapping, b: Mapping, paired: bool) -> str:
     return "no variation: t undefined"
 
 
-def evaluate_claim(claim: Mapping, scale: str, tables: Mapping[str, pd.DataFrame]) -> dict:
+def evaluate_claim(claim: Mapping, scale: str, tables: Mapping[str, pd.DataFrame],
+                   ranges: Mapping[str, Mapping] | None = None) -> dict:
     """The claim's comparisons at `scale` from the per-seed tables, each with both sides' mean ± std
-    and n (paper units), Δ, t, ν, p and its verdict, and the claim's verdict (None: no cells here)."""
+    and n (paper units), their untrained values, Δ, t, ν, p and its verdict; the mechanism checks of
+    the scale (`ranges`: the catalogue's `checks`); the verdict of the comparisons alone
+    (`test_verdict`), the claim's `p` and its verdict (None: no cells here; NOT_TESTABLE: a check failed)."""
     spec = (claim.get("scales") or {}).get(scale) or {"datasets": [], "cells": {}}
     paired = claim.get("test", "welch") == "paired"
     sign = -1 if claim.get("lower_is_better") else 1
@@ -236,12 +253,50 @@ def evaluate_claim(claim: Mapping, scale: str, tables: Mapping[str, pd.DataFrame
         test = paired_test(a, b) if paired else welch_test(list(a.values()), list(b.values()))
         sa, sb = _summary(a, metric), _summary(b, metric)
         delta = None if sa["mean"] is None or sb["mean"] is None else sa["mean"] - sb["mean"]
+        untrained = [_summary(cell_values(tables, spec["cells"][side], dataset, untrained_column(metric)), metric)
+                     for side in (better, worse)]
         rows.append({"dataset": dataset, "metric": metric, "better": claim["sides"][better],
-                     "worse": claim["sides"][worse], "a": sa, "b": sb, "delta": delta,
+                     "worse": claim["sides"][worse], "a": sa, "b": sb, "a_untrained": untrained[0],
+                     "b_untrained": untrained[1], "delta": delta,
                      "t": None if test is None else test.t, "df": None if test is None else test.df,
                      "p": None if test is None else test.p, "reason": _reason(test, a, b, paired),
                      "verdict": comparison_verdict(delta, test, sign, k=len(units))})
-    return {"comparisons": rows, "verdict": claim_verdict(r["verdict"] for r in rows)}
+    tested = claim_verdict(r["verdict"] for r in rows)
+    checks = [] if tested is None else gate_checks(claim, scale, tables, ranges)
+    failing = [c for c in checks if not c["pass"]]
+    return {"comparisons": rows, "test_verdict": tested, "p": claim_p(rows, tested), "checks": checks,
+            "failing_checks": [f"{c['name']} ({c['target']}, {c['dataset']})" for c in failing],
+            "verdict": NOT_TESTABLE if failing else tested}
+
+
+def gate_checks(claim: Mapping, scale: str, tables: Mapping[str, pd.DataFrame],
+                ranges: Mapping[str, Mapping] | None) -> list[dict]:
+    """The scale's mechanism checks (report.mechanisms.run_check) on each of its datasets, each with the
+    `target` it checked (a side's label, or the named cell) and its `dataset`."""
+    entries = ((claim.get("scales") or {}).get(scale) or {}).get("checks") or []
+    if entries and ranges is None:
+        raise ValueError(f"claim {claim['id']}: its checks need the catalogue's expected ranges (`checks`)")
+    out = []
+    for entry in entries:
+        name, metric = entry["check"], _gate_metric(claim, scale, entry)
+        for dataset in claim["scales"][scale]["datasets"]:
+            for label, cell in _gate_targets(claim, scale, entry):
+                def read(column, cell=cell, dataset=dataset):
+                    return cell_values(tables, cell, dataset, column)
+                out.append({**run_check(name, ranges[name], read, metric), "target": label, "dataset": dataset,
+                            "metric": metric if name == "beats_untrained" else None})
+    return out
+
+
+def claim_p(rows: Sequence[Mapping], verdict: str | None) -> float | None:
+    """The p-value behind the comparisons' verdict: for a contradiction, the smallest p of a comparison
+    against the claim times k (Bonferroni, at most 1); otherwise the intersection–union test's, the
+    largest p of the comparisons (None when a comparison has no test)."""
+    if verdict == CONTRADICTED:
+        against = [r["p"] for r in rows if r["verdict"] == CONTRADICTED]
+        return min(1.0, min(against) * len(rows))
+    ps = [r["p"] for r in rows]
+    return None if not ps or any(p is None for p in ps) else max(ps)
 
 
 def reported_numbers(claim: Mapping, reported_dir: str | os.PathLike) -> list[dict]:
@@ -266,21 +321,47 @@ def reported_numbers(claim: Mapping, reported_dir: str | os.PathLike) -> list[di
 
 
 def claims_section(claims: Sequence[Mapping], scale: str, tables: Mapping[str, pd.DataFrame],
-                   reported_dir: str | os.PathLike) -> dict:
-    """The Claims section: for each claim its quote and source, its comparisons and verdict at
-    `scale` (this config's runs), and the paper's own numbers for context."""
+                   reported_dir: str | os.PathLike, ranges: Mapping[str, Mapping] | None = None) -> dict:
+    """The Claims section: for each claim its quote and source, its comparisons, mechanism checks
+    (`ranges`: the catalogue's `checks`) and verdict at `scale` (this config's runs), and the paper's
+    own numbers for context."""
     out = []
     for claim in claims:
-        evaluated = evaluate_claim(claim, scale, tables)
+        evaluated = evaluate_claim(claim, scale, tables, ranges)
         out.append({"id": claim["id"], "paper": claim["paper"], "source": claim["source"],
                     "quote": claim["quote"], "claim": claim["claim"], "metrics": _metrics(claim, scale),
                     "test": TESTS[claim.get("test", "welch")], "lower_is_better": bool(claim.get("lower_is_better")),
                     "reported_table": (claim.get("reported") or {}).get("table"),
                     "reported_metric": (claim.get("reported") or {}).get("metric", _metrics(claim)[0]),
                     "reported": reported_numbers(claim, reported_dir), **evaluated})
-    counts = {v: sum(c["verdict"] == v for c in out) for v in (HOLDS, CONTRADICTED, INCONCLUSIVE)}
+    counts = {v: sum(c["verdict"] == v for c in out) for v in VERDICTS}
     counts["not run"] = sum(c["verdict"] is None for c in out)
     return {"scale": scale, "alpha": ALPHA, "claims": out, "counts": counts}
+
+
+#: a check's fields in claims.json
+CHECK_FIELDS = ("name", "target", "dataset", "metric", "value", "low", "high", "expected", "pass", "n", "p",
+                "detail", "source")
+
+
+def claims_record(section: Mapping | None) -> dict:
+    """results/report/claims.json: per claim its id, paper, source, verdict ("not run at this scale"
+    when it has no cells here), the comparisons' own verdict, p (claim_p), the failing checks and each
+    check's name, target, dataset, value, expected range and pass; the same evaluation as the section."""
+    if section is None:
+        return {"scale": None, "alpha": ALPHA, "counts": {}, "claims": []}
+    claims = [{"id": c["id"], "paper": c["paper"], "source": c["source"],
+               "verdict": c["verdict"] or "not run at this scale", "test_verdict": c.get("test_verdict"),
+               "p": c.get("p"), "failing_checks": c.get("failing_checks", []),
+               "checks": [{k: check.get(k) for k in CHECK_FIELDS} for check in c.get("checks", [])],
+               "comparisons": [{k: r[k] for k in ("dataset", "metric", "better", "worse", "delta", "p", "verdict")}
+                               for r in c["comparisons"]]}
+              for c in section["claims"]]
+    return {"scale": section["scale"], "alpha": section["alpha"], "counts": section["counts"], "claims": claims}
+
+
+def write_claims(section: Mapping | None, path: str | os.PathLike) -> None:
+    write_json_atomic(path, claims_record(section))
 
 
 def seed_tables(experiments: Sequence[str], paths: Sequence[str | os.PathLike]) -> dict[str, pd.DataFrame]:

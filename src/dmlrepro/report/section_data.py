@@ -17,9 +17,11 @@ from dmlrepro.data.manifest import read_manifest
 from dmlrepro.nested import dotted_get
 from dmlrepro.train.state import RunDir
 
-from .aggregate import sweep_label
+from .aggregate import sweep_label, untrained_column
 from .compare import row_label
 from .reported import paper_units
+
+UNTRAINED_LABEL = "untrained (epoch 0)"
 
 
 def check_improvement(name: str, experiment: Mapping) -> tuple[str, dict[str, str]]:
@@ -271,3 +273,68 @@ def hparam_rows(runs: Sequence[Mapping], reported: pd.DataFrame | None, keys: Ma
             out.append({"run": run["run_id"], "hyperparameter": metric, "key": key, "paper": paper,
                         "ours": dotted_get(run["config"], key)})
     return out
+
+
+def add_untrained_rows(table: dict, aggregated: pd.DataFrame, methods: Mapping[str, str]) -> None:
+    """The comparison table's untrained rows (compare.comparison_table's `table`, in place): each run's
+    evaluation before training (`<metric>@untrained`, eval.before_training), mean ± the table's
+    uncertainty over seeds in the paper's unit, above our rows; rows whose runs start from the same
+    network (equal untrained values on a dataset) share one row, labelled with their methods when a
+    dataset has several. Each of our cells gets `gain`: its value minus its own runs' untrained value."""
+    suffix = table["uncertainty"]
+    records = [r for r in aggregated.to_dict("records") if _untrained(r, table["columns"], "mean")]
+    groups: dict[tuple, list[dict]] = {}
+    for record in records:
+        means = tuple(None if v is None else round(v, 9) for v in _untrained(record, table["columns"], "mean"))
+        groups.setdefault((record["dataset"], means), []).append(record)
+    per_dataset = {}
+    for dataset, _ in groups:
+        per_dataset[dataset] = per_dataset.get(dataset, 0) + 1
+    rows: dict[str, dict] = {}
+    for (dataset, _), members in groups.items():
+        label = UNTRAINED_LABEL
+        if per_dataset[dataset] > 1:
+            label += ": " + ", ".join(dict.fromkeys(_label(r, methods) for r in members))
+        row = rows.setdefault(label, {"label": label, "source": "untrained", "status": "before training",
+                                      "cells": [_blank_cell() for _ in table["columns"]]})
+        first = members[0]
+        means, spreads = _untrained(first, table["columns"], "mean"), _untrained(first, table["columns"], suffix)
+        for cell, column, mean, spread in zip(row["cells"], table["columns"], means, spreads):
+            if column["ours_dataset"] == dataset and mean is not None:
+                cell.update(ours=paper_units(column["metric"], mean),
+                            ours_std=None if spread is None else paper_units(column["metric"], spread))
+    _add_gains(table, records, methods)
+    first_ours = next((i for i, r in enumerate(table["rows"]) if r["source"] == "ours"), len(table["rows"]))
+    table["rows"][first_ours:first_ours] = list(rows.values())
+
+
+def _untrained(record: Mapping, columns: Sequence[Mapping], stat: str) -> list[float | None]:
+    """The record's untrained `stat` per table column (None: another dataset, or not recorded);
+    [] when it has none at all."""
+    values = []
+    for column in columns:
+        here = column["ours_dataset"] == record["dataset"]
+        value = record.get(f"{untrained_column(column['metric'])}_{stat}") if here else None
+        values.append(None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value))
+    return values if any(v is not None for v in values) else []
+
+
+def _label(record: Mapping, methods: Mapping[str, str]) -> str:
+    sweep = "" if pd.isna(record["sweep"]) else record["sweep"]
+    return row_label(methods.get(record["method"], record["method"]), sweep)
+
+
+def _blank_cell() -> dict:
+    return {"paper": None, "paper_std": None, "paper_text": None, "ours": None, "ours_std": None, "delta": None,
+            "sigma": None, "within": None}
+
+
+def _add_gains(table: dict, records: Sequence[Mapping], methods: Mapping[str, str]) -> None:
+    ours = {row["label"]: row for row in table["rows"] if row["source"] == "ours"}
+    for record in records:
+        row = ours.get(_label(record, methods))
+        if row is None:
+            continue
+        for cell, column, before in zip(row["cells"], table["columns"], _untrained(record, table["columns"], "mean")):
+            if before is not None and cell["ours"] is not None:
+                cell["gain"] = cell["ours"] - paper_units(column["metric"], before)

@@ -16,7 +16,7 @@ from dmlrepro.atomic import write_json_atomic
 from .compare import comparison_table
 from .kinds import SectionInputs, section_kind
 from .reported import load_reported
-from .section_data import blocks_as_metrics
+from .section_data import add_untrained_rows, blocks_as_metrics
 
 SECTION_FILE = "section.json"
 
@@ -45,6 +45,7 @@ def build_section(name: str, experiment: Mapping[str, Any], aggregated: pd.DataF
         section["table"] = comparison_table(aggregated, inputs.reported, inputs.metrics, inputs.methods,
                                             inputs.datasets, inputs.seeds,
                                             spec.get("uncertainty", "ci95" if spec.get("mlrc") else "std"))
+        add_untrained_rows(section["table"], aggregated, inputs.methods)  # how much training added
     kind.build(inputs)
     write_json_atomic(outdir / SECTION_FILE, section)
     return section
