@@ -86,14 +86,16 @@ def measure_shape(cfg: dict[str, Any], steps: int) -> Measurement:
     """Build the engine's trainer for the resolved preflight config ``cfg`` and measure it
     (module docstring). Any exception is the shape's failure, recorded with its type and message."""
     result = Measurement()
-    reset_peak_memory(cfg["device"])
+    device = resolve_device(cfg["device"])  # decided once: the engine reads the concrete name
+    cfg = {**cfg, "device": str(device)}
+    reset_peak_memory(device)
     try:
         with tempfile.TemporaryDirectory(prefix="dmlrepro-preflight-run-") as outdir:
             _measure(cfg, steps, Path(outdir), result)
     except Exception as error:  # noqa: BLE001 - every failure of a shape is reported, not raised
         result.status, result.error = "failed", f"{type(error).__name__}: {error}"
     finally:
-        result.peak_memory_mb = peak_memory_mb(cfg["device"])
+        result.peak_memory_mb = peak_memory_mb(device)
     return result
 
 
@@ -215,8 +217,8 @@ def _sync_device(device: torch.device) -> None:
 
 
 # -- peak memory ----------------------------------------------------------------------------------
-def reset_peak_memory(device: str) -> None:
-    if _is_cuda(device):
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         return
@@ -224,14 +226,8 @@ def reset_peak_memory(device: str) -> None:
         Path("/proc/self/clear_refs").write_text("5")
 
 
-def peak_memory_mb(device: str) -> float:
-    if _is_cuda(device):
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
         return torch.cuda.max_memory_allocated() / 2**20
     kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return kib / (2**20 if sys.platform == "darwin" else 2**10)
-
-
-def _is_cuda(device: str) -> bool:
-    return str(device).startswith("cuda") or (device == "auto" and torch.cuda.is_available())
-
-
