@@ -1,12 +1,14 @@
-"""Both configs resolve to the run ids pinned in tests/config/pinned/: a refactoring that changes a run's identity
-fails here. A deliberate change of an experiment (a new recipe, a new run) pins the new list with the explicit
-`python tests/config/test_run_ids_pinned.py --rewrite` (docs/testing.md; say in the commit which ids changed
-and why); run without `--rewrite` the script only says which ids differ and writes nothing."""
+"""Every shipped config (CONFIGS) resolves to the run ids pinned in tests/config/pinned/: a refactoring
+that changes a run's identity fails here. A deliberate change of an experiment (a new recipe, a new
+run) pins the new list with the explicit `python tests/config/test_run_ids_pinned.py --rewrite`
+(docs/testing.md; say in the commit which ids changed and why); run without `--rewrite` the script
+only says which ids differ and writes nothing."""
 import argparse
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from snakemake.utils import validate
 
@@ -15,7 +17,7 @@ from dmlrepro.tuning.searches import search_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 PINNED = Path(__file__).with_name("pinned")
-CONFIGS = ("config", "paper")
+CONFIGS = ("config", "paper", "real_data", "miniature")
 
 
 def resolved_ids(name: str) -> list[str]:
@@ -25,12 +27,9 @@ def resolved_ids(name: str) -> list[str]:
     return sorted(resolve_runs(config)) + sorted(search_runs(config))
 
 
-def test_default_config_run_ids_are_pinned():
-    assert resolved_ids("config") == (PINNED / "run_ids_config.txt").read_text().split()
-
-
-def test_paper_config_run_ids_are_pinned():
-    assert resolved_ids("paper") == (PINNED / "run_ids_paper.txt").read_text().split()
+@pytest.mark.parametrize("name", CONFIGS)
+def test_config_run_ids_are_pinned(name):
+    assert resolved_ids(name) == (PINNED / f"run_ids_{name}.txt").read_text().split()
 
 
 def test_the_script_writes_nothing_unless_told_to(tmp_path):
@@ -47,8 +46,8 @@ def test_the_script_writes_nothing_unless_told_to(tmp_path):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Compare the run ids of config/{config,paper}.yaml with the pinned "
-                                                 "ones (exit 1 when they differ); --rewrite pins them.")
+    parser = argparse.ArgumentParser(description=f"Compare the run ids of config/{{{','.join(CONFIGS)}}}.yaml with the "
+                                                 "pinned ones (exit 1 when they differ); --rewrite pins them.")
     parser.add_argument("--rewrite", action="store_true", help="write the resolved ids into the pinned files")
     parser.add_argument("--pinned", type=Path, default=PINNED, help=f"the folder of the pinned files (default {PINNED})")
     parser.add_argument("--config", action="append", choices=CONFIGS, help="only this config (repeatable)")

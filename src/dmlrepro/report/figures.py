@@ -322,3 +322,19 @@ def improvement_figure(rows: Sequence[Mapping], path: str | os.PathLike, *, y_la
         ax.set_ylabel(y_label)
         ax.grid(axis="y", alpha=0.3)
     _save(fig, path)
+
+
+def projection_radius_figure(curves: Sequence[Mapping], path: str | os.PathLike, *, title: str = "") -> None:
+    """ASAP Fig. 1's covering radius per projection: one line per entry of `curves` (`label`,
+    `projection`, `radius`), projection 0 being single proxy-based training."""
+    fig, ax = plt.subplots(figsize=(5.6, 3.6))
+    for curve in curves:
+        ax.plot(curve["projection"], curve["radius"], marker="o", ms=4, label=curve["label"])
+    ax.set_xlabel("projection (0 = single proxy-DML; K = after alternation K)")
+    ax.set_ylabel("average covering radius (App. A.3.1)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title, fontsize=9)
+    _save(fig, path)

@@ -15,6 +15,8 @@ kinds
   heatmap    a metric over the grid of two swept keys (RSW Fig. 7), and the table
   landscape  the analytic RSW loss over the plane for each method's warping function, no runs (RSW Fig. 3/5)
   embedding_2d  a 2-d run's test embeddings and its final proxies (RSW Fig. 10)
+  proxy_geometry  ASAP Fig. 1 measured: each run's proxy spread (collapse) and covering radius, the
+             covering radius per projection, and 2-d figures (report.proxy_geometry)
   projection_steps  histogram of ASAP's steps per projection from the runs' validation logs (ASAP Fig. 4b)
   projections  validation geometry at each ASAP projection's solution: t-SNE, MAP@R, covering radius,
              inter-class distance (ASAP Fig. 7; runs with asap.save_val_embeddings)
@@ -248,6 +250,31 @@ def embedding_2d_section(inputs: SectionInputs) -> None:
                          "proxies (stars; grey: a class with no embedding shown)")
     figures.embedding_2d_figure([embedding_panel(run, inputs.methods) for run in first_runs_per_method(inputs.runs)],
                                 path)
+
+
+@register_kind("proxy_geometry")
+def proxy_geometry_section(inputs: SectionInputs) -> None:
+    """ASAP Fig. 1 measured (report.proxy_geometry): every run's proxy spread and covering radius, the
+    covering radius per projection, and the lowest seed's 2-d embeddings with the proxies."""
+    from .proxy_geometry import final_panel, method_summary, projection_panels_2d, radius_curve, run_geometry
+
+    measured = [run_geometry(run) for run in inputs.runs]
+    if not measured:
+        return
+    inputs.section["proxy_geometry"] = method_summary(measured, inputs.methods)
+    inputs.section["proxy_geometry_runs"] = [{k: v for k, v in r.items() if k != "drawn"} for r in measured]
+    lowest = {run["run_id"] for run in first_runs_per_method(inputs.runs)}
+    firsts = [r for r in measured if r["run_id"] in lowest]
+    path = inputs.figure(_file(inputs.name, "proxies"), f"test embeddings and the final proxies (stars) in the "
+                         f"evaluated space (eval.normalize: {firsts[0]['normalize']}), each method's lowest seed")
+    figures.embedding_2d_figure([final_panel(r, inputs.label(r["method"])) for r in firsts], path)
+    for r in firsts:
+        path = inputs.figure(_file(inputs.name, r["method"], "projections"), f"{inputs.label(r['method'])} (run "
+                             f"{r['run_id']}): the validation embeddings at each projection's solution θ*")
+        figures.embedding_2d_figure(projection_panels_2d(r), path)
+    path = inputs.figure(_file(inputs.name, "radius"), "average covering radius of the validation embeddings "
+                         "(App. A.3.1) at each projection's solution θ*, every run")
+    figures.projection_radius_figure([radius_curve(r, inputs.label(r["method"])) for r in measured], path)
 
 
 @register_kind("projection_steps")
