@@ -3,11 +3,14 @@
 importing torch: the Snakefile checks every run's config while it parses, and the modules that
 build trunks, losses and searches import torch (seconds for every ``snakemake`` call). The
 registries' names are copied here and kept equal to them by tests/config/test_config_names.py: a
-backbone, weight file, loss or corruption added there is added here too.
+backbone, weight file or corruption added there is added here too. The losses' names, config
+defaults and papers are not copied: :func:`loss_catalog` reads their declarations
+(dmlrepro.losses.registry) or the copy generated from them.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -59,13 +62,23 @@ def canonical_backbone(name: str, known: Collection[str] = BACKBONE_NAMES) -> st
     return canonical
 
 
-#: ``loss.name``: the registered losses (``dmlrepro.losses.LOSS_NAMES``)
-LOSS_NAMES: tuple[str, ...] = (
-    "arcface", "asap_c1", "asap_c2", "asap_ms", "asap_triplet", "contrastive", "cosface", "cpml", "hist",
-    "multi_similarity", "normalized_softmax", "npair", "pair_c1", "pair_c2", "pair_ms", "pair_triplet", "pfml",
-    "proxy_anchor", "proxy_nca", "proxy_nca_paper", "rsw", "soft_triple", "triplet", "xbm_c1", "xbm_c2", "xbm_ms",
-    "xbm_triplet",
-)
+def loss_catalog() -> tuple[dict[str, dict], dict[str, dict]]:
+    """(losses, papers), read-only (dmlrepro.losses.registry.catalog): the losses' declarations where
+    dmlrepro.losses is loaded in this process (a loss registered since, a test's, included), else
+    their generated copy dmlrepro.loss_catalog, which imports nothing."""
+    registry = sys.modules.get("dmlrepro.losses.registry")
+    if registry is not None:
+        return registry.catalog()
+    from dmlrepro import loss_catalog  # deferred: only the config check and the presets need it
+
+    return loss_catalog.LOSSES, loss_catalog.PAPERS
+
+
+def __getattr__(name: str):
+    if name == "LOSS_NAMES":  # ``loss.name``: the registered losses (``dmlrepro.losses.LOSS_NAMES``)
+        return tuple(sorted(loss_catalog()[0]))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: ``asap.small_budget``, ``asap.first_init`` (dmlrepro.asap.kcenter), ``asap.anchor`` (dmlrepro.asap.schedule)
 SMALL_BUDGET: tuple[str, ...] = ("times_p", "clip")

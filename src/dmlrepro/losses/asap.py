@@ -23,6 +23,13 @@ from torch import nn
 from ..asap.normalisation import MODES, normalize
 from .base import check_embeddings, full_precision
 from .pair_bases import BASES, build_pair_base
+from .registry import Paper, Proxies, register_loss
+
+# Sec. 4.4 (ASAP-R35): GAP only, FC 1024->128 without bias, Glorot-uniform; its Lipschitz normalisation is
+# part of the loss/evaluation, not of the model.
+ASAP = Paper("asap", "ASAP DML: Deep Metric Learning with Alternating Sets of Alternating Proxies", readings="asap.md",
+             preset={"pool": "avg", "head": "linear", "head_bias": False, "head_init": "glorot_uniform",
+                     "l2_normalize": False})
 
 
 class PairLoss(nn.Module):
@@ -138,8 +145,16 @@ def _pair(base):
     return build
 
 
-#: ``asap_{c1,c2,ms,triplet}`` (proxy pairs) and ``pair_{c1,c2,ms,triplet}`` (batch pairs, the plain
-#: baselines) -> builder(num_classes, embedding_size, **hparams); merged into `build_loss`'s table.
-ASAP_LOSSES = {**{f"asap_{b}": _asap(b) for b in BASES}, **{f"pair_{b}": _pair(b) for b in BASES}}
+#: ASAP's proxies, P per class, in the space its pairs live in: 𝒩(ρ) (v / max(1, ‖v‖) by default); set by the
+#: alternation (k-Center picks), embedded samples in sample-based ASAP (eq. 4.10)
+ASAP_PROXIES = Proxies(tensor=lambda loss: loss.proxies, per_class=lambda loss: loss.proxies_per_class,
+                       space=lambda points, loss: normalize(points, loss.normalize),
+                       set=ASAPLoss.set_proxies, use_samples=ASAPLoss.use_sample_proxies)
 
-__all__ = ["ASAPLoss", "ASAP_LOSSES", "PairLoss"]
+#: ``asap_{c1,c2,ms,triplet}`` (proxy pairs) and ``pair_{c1,c2,ms,triplet}`` (batch pairs, the plain
+#: baselines) -> builder(num_classes, embedding_size, **hparams), each registered
+ASAP_LOSSES = {**{f"asap_{b}": register_loss(f"asap_{b}", paper=ASAP, proxies=ASAP_PROXIES, build=_asap(b))
+                  for b in BASES},
+               **{f"pair_{b}": register_loss(f"pair_{b}", paper=ASAP, build=_pair(b)) for b in BASES}}
+
+__all__ = ["ASAP", "ASAPLoss", "ASAP_LOSSES", "ASAP_PROXIES", "PairLoss"]

@@ -11,11 +11,14 @@ defined by the paper; two readings (docs/readings/pfml.md#pfml-r8):
 
 from __future__ import annotations
 
-from .potential_field import PotentialFieldLoss
+from .pfml import PFML
+from .potential_field import POTENTIAL_FIELD_PROXIES, PotentialFieldLoss
+from .registry import register_loss
 
 REPULSIONS = ("mirror", "hinge")
 
 
+@register_loss("cpml", paper=PFML, proxies=POTENTIAL_FIELD_PROXIES, config_defaults={"proxies_per_class": 2})
 class CPMLLoss(PotentialFieldLoss):
     def __init__(self, num_classes: int, embedding_size: int, proxies_per_class: int, delta: float = 0.2,
                  delta_rep: float | None = None, reduction: str = "sum", repulsion: str = "mirror", **kwargs):

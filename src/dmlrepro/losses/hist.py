@@ -18,8 +18,8 @@ prototype distribution per class c, mean μ_c (l2-normalised) and diagonal covar
 * L = L_D + λ_s · CE(z, y)
 
 The HGNN trains at ``hgnn_lr_factor`` × the backbone's lr (the code's ``--lr-hgnn-factor``):
-``linked_lr_groups`` (dmlrepro.train.optim). The distributions (μ, ℓ) are the ``loss`` group
-(the code's ``--lr-ds``: set ``optimizer.lr_mult.loss`` to lr_ds / lr).
+``linked_lr_groups``, declared as its lr groups (dmlrepro.train.optim). The distributions (μ, ℓ) are
+the ``loss`` group (the code's ``--lr-ds``: set ``optimizer.lr_mult.loss`` to lr_ds / lr).
 """
 
 from __future__ import annotations
@@ -27,6 +27,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .registry import Paper, register_loss
+
+# the code's net/resnet.py: GAP + GMP summed, Linear (kaiming fan_out, bias 0), then LayerNorm(D, no affine);
+# the loss l2-normalises for its distributions, evaluation is cosine.
+HIST = Paper("hist", "Lim et al., Hypergraph-Induced Semantic Tuplet Loss for Deep Metric Learning, CVPR 2022",
+             preset={"pool": "avg+max", "head": "linear_layernorm", "head_init": "kaiming_fan_out",
+                     "l2_normalize": False})
 
 
 def mahalanobis_sq(x: torch.Tensor, means: torch.Tensor, log_vars: torch.Tensor) -> torch.Tensor:
@@ -57,6 +65,7 @@ class HGNN(nn.Module):
         return g @ self.theta2(h)
 
 
+@register_loss("hist", paper=HIST, lr_groups=lambda loss: loss.linked_lr_groups())
 class HISTLoss(nn.Module):
     """L_D + λ_s·CE of the HGNN's node classification. Defaults: the code's argparse defaults.
 

@@ -13,11 +13,19 @@ The repulsion is floored at `d_floor` so that it stays finite in fp32 (PFML-R7).
 
 from __future__ import annotations
 
-from .potential_field import PotentialFieldLoss
+from .potential_field import POTENTIAL_FIELD_PROXIES, PotentialFieldLoss
+from .registry import Paper, register_loss
 
 ALPHA0_MODES = ("linear", "literal")
 
+# PFML main §4.1: new last linear layer, l2-normalised output; GAP for CNNs is the reading
+# (PFML-R18; avg+max for the Proxy-Anchor variant); CLS for ViTs (PFML-R19).
+PFML = Paper("pfml", "Bhatnagar & Ahuja, Potential Field Based Deep Metric Learning, CVPR 2025",
+             readings="pfml.md",
+             preset={"pool": None, "head": "linear", "head_init": "kaiming_fan_out", "l2_normalize": True})
 
+
+@register_loss("pfml", paper=PFML, proxies=POTENTIAL_FIELD_PROXIES, config_defaults={"proxies_per_class": 2})
 class PFMLLoss(PotentialFieldLoss):
     def __init__(self, num_classes: int, embedding_size: int, proxies_per_class: int, delta: float = 0.2,
                  alpha: float = 4.0, delta_rep: float | None = None, reduction: str = "sum",

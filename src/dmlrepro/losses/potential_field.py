@@ -37,6 +37,7 @@ from .base import check_embeddings, full_precision
 from .distances import (paired_distances, pairwise_distances, raised_threshold, search_columns, search_rounding_bound,
                         search_rows, self_distances, squared_distance_estimates)
 from .neighbour_list import NeighbourList
+from .registry import Proxies
 from .search_precision import input_roundoff, search_dtype_on
 
 PAIR_SEARCH_MODES = ("auto", "dense", "neighbour")
@@ -352,3 +353,12 @@ class PotentialFieldLoss(nn.Module):
         return (f"num_classes={self.num_classes}, embedding_size={self.embedding_size}, "
                 f"proxies_per_class={self.proxies_per_class}, delta_att={self.delta_att}, "
                 f"delta_rep={self.delta_rep}, reduction={self.reduction!r}, pair_search={self.pair_search!r}")
+
+
+def _potential_field_space(points: torch.Tensor, loss: PotentialFieldLoss) -> torch.Tensor:
+    return F.normalize(points, dim=-1) if loss.normalize_proxies else points
+
+
+#: PFML's and CPML's proxies: M per class (0 for the no-proxy ablation), raw or ℓ2-normalised (PFML-R5)
+POTENTIAL_FIELD_PROXIES = Proxies(tensor=lambda loss: loss.proxies, per_class=lambda loss: loss.proxies_per_class,
+                                  space=_potential_field_space)

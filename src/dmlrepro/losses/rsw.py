@@ -25,6 +25,14 @@ from torch import nn
 
 from .base import check_embeddings, full_precision
 from .distances import pairwise_distances
+from .registry import Paper, Proxies, register_loss
+
+# Sec. IV-B and the code's Model.py (RSW-R10): max + avg pooling summed, LayerNorm(C, no affine), Linear(C, 512),
+# kaiming fan_out (CUB/Cars; "default" for SOP), no L2 normalisation.
+RSW = Paper("rsw", "DeMoor & Prevost, Realigned Softmax Warping for Deep Metric Learning, arXiv 2408.15656",
+            readings="rsw.md",
+            preset={"pool": "avg+max", "head": "layernorm_linear", "head_init": "kaiming_fan_out",
+                    "l2_normalize": False})
 
 FUNCTIONS = ("warp", "power")
 
@@ -44,6 +52,8 @@ RSW_FUNCTIONS: dict[str, dict] = {
 }
 
 
+@register_loss("rsw", paper=RSW, proxies=Proxies(tensor=lambda loss: loss.proxies),  # one per class, Euclidean
+               config_defaults={"alpha": 28.4, "k1": 0.93, "k2": 1.15})  # CUB phase 1 of the RSW code (RSW-R3)
 class RSWLoss(nn.Module):
     """Eq. 8 with the eq. 7 warp; proxies `(num_classes, embedding_size)`, Kaiming-normal (fan_out) init.
 

@@ -64,8 +64,10 @@ import torch
 from torch import nn
 
 from ..asap.normalisation import MODES, normalize
+from .asap import ASAP
 from .base import check_embeddings, full_precision
 from .pair_bases import BASES, build_pair_base
+from .registry import register_loss
 
 COMBINE = ("sum", "union")
 
@@ -164,7 +166,7 @@ def _xbm(base):
     return build
 
 
-#: name -> builder(num_classes, embedding_size, **hparams); merged into `build_loss`'s table.
-XBM_LOSSES = {f"xbm_{b}": _xbm(b) for b in BASES}
+#: name -> builder(num_classes, embedding_size, **hparams), each registered (the ASAP paper's XBM baselines)
+XBM_LOSSES = {f"xbm_{b}": register_loss(f"xbm_{b}", paper=ASAP, build=_xbm(b)) for b in BASES}
 
 __all__ = ["COMBINE", "XBMLoss", "XBM_LOSSES"]

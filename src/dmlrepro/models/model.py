@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dmlrepro.config_names import loss_catalog
+
 from .backbones import get_backbone_spec, resolve_backbone_name
 from .heads import CNN_POOLS, TOKEN_POOLS, GlobalPool, build_head
 from .standin import load_standin
@@ -22,54 +24,21 @@ __all__ = [
     "build_model",
     "PRESETS",
     "MODEL_KEYS",
+    "model_presets",
     "freeze_batchnorm",
     "unfreeze_batchnorm",
     "parameter_groups",
 ]
 
-#: Per-paper settings of pooling and head (config keys override them). ``backbone`` and
-#: ``embedding_size`` are never part of a preset.
-PRESETS: dict[str, dict[str, Any]] = {
-    # Proxy-Anchor code (net/resnet.py, net/bn_inception.py): GAP+GMP summed, Linear with
-    # kaiming fan_out and bias 0, L2 normalised output.
-    "proxy_anchor": {
-        "pool": "avg+max",
-        "head": "linear",
-        "head_init": "kaiming_fan_out",
-        "l2_normalize": True,
-    },
-    # PFML main §4.1: new last linear layer, l2-normalised output; GAP for CNNs is the reading
-    # (PFML-R18; avg+max for the Proxy-Anchor variant); CLS for ViTs (PFML-R19).
-    "pfml": {"pool": None, "head": "linear", "head_init": "kaiming_fan_out", "l2_normalize": True},
-    # RSW (Sec. IV-B and its code's Model.py, RSW-R10): max + avg pooling summed, LayerNorm(C, no affine), Linear(C, 512),
-    # kaiming fan_out (CUB/Cars; "default" for SOP), no L2 normalisation.
-    "rsw": {
-        "pool": "avg+max",
-        "head": "layernorm_linear",
-        "head_init": "kaiming_fan_out",
-        "l2_normalize": False,
-    },
-    # HIST code (net/resnet.py): GAP + GMP summed, Linear (kaiming fan_out, bias 0), then
-    # LayerNorm(D, no affine); the loss l2-normalises for its distributions, evaluation is cosine.
-    "hist": {
-        "pool": "avg+max",
-        "head": "linear_layernorm",
-        "head_init": "kaiming_fan_out",
-        "l2_normalize": False,
-    },
-    # ASAP (Sec. 4.4, ASAP-R35): GAP only, FC 1024->128 without bias, Glorot-uniform; its Lipschitz
-    # normalisation is part of the loss/evaluation, not of the model.
-    "asap": {
-        "pool": "avg",
-        "head": "linear",
-        "head_bias": False,
-        "head_init": "glorot_uniform",
-        "l2_normalize": False,
-    },
-    # MLRC (powerful-benchmarker): BN-Inception trunk, GAP, MLP embedder [128] with default
-    # init; embeddings are normalised by the losses/tester, not by the model.
-    "mlrc": {"pool": "avg", "head": "mlp", "mlp_hidden": [], "head_init": "default", "l2_normalize": False},
-}
+def model_presets() -> dict[str, dict[str, Any]]:
+    """Per-paper settings of pooling and head (config keys override them), as each loss's paper
+    declares them (dmlrepro.losses.registry; the settings and their sources are written there).
+    ``backbone`` and ``embedding_size`` are never part of a preset."""
+    return {key: dict(paper["preset"]) for key, paper in loss_catalog()[1].items() if paper["preset"] is not None}
+
+
+#: the presets declared when this module was imported (:func:`model_presets` reads them anew)
+PRESETS: dict[str, dict[str, Any]] = model_presets()
 
 #: Keys accepted by :func:`build_model` (a ``model:`` config section).
 MODEL_KEYS = (
@@ -219,9 +188,10 @@ def _model_keys(cfg: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> dic
         raise ValueError("model config needs a 'backbone' key (see dmlrepro.models.list_backbones())")
     preset_name = merged.pop("preset", None)
     if preset_name is not None:
-        if preset_name not in PRESETS:
-            raise ValueError(f"unknown model preset {preset_name!r}; expected one of {sorted(PRESETS)}")
-        for key, value in PRESETS[preset_name].items():
+        presets = model_presets()
+        if preset_name not in presets:
+            raise ValueError(f"unknown model preset {preset_name!r}; expected one of {sorted(presets)}")
+        for key, value in presets[preset_name].items():
             merged.setdefault(key, value)
     return merged
 

@@ -13,9 +13,13 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-#: anchor prefix -> page of docs/readings
-PAGES = {"pfml": "pfml.md", "rsw": "rsw.md", "asap": "asap.md", "proto": "protocols.md"}
-ANCHOR = re.compile(r"^(pfml|rsw|asap|proto)-r[1-9][0-9]*$")
+from dmlrepro.config_names import loss_catalog
+
+#: anchor prefix -> page of docs/readings: each paper's that declares one (dmlrepro.losses.registry), and the
+#: evaluation protocols'
+PAGES = {**{key: paper["readings"] for key, paper in loss_catalog()[1].items() if paper["readings"]},
+         "proto": "protocols.md"}
+ANCHOR = re.compile(rf"^({'|'.join(map(re.escape, PAGES))})-r[1-9][0-9]*$")
 _ENTRY = re.compile(r'<a id="([a-z]+-r[0-9]+)"></a>\s*\n#+\s*(.+)')
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from dmlrepro.config_names import loss_catalog
 from dmlrepro.nested import canonical
 from dmlrepro.standin_recipe import StandinError, resolve_recipe
 
@@ -38,7 +39,6 @@ from .config_keys import (
 __all__ = [
     "DEFAULTS",
     "GROUPS",
-    "LOSS_HPARAM_DEFAULTS",
     "OPTIMIZERS",
     "SCHEDULES",
     "ConfigError",
@@ -52,15 +52,6 @@ __all__ = [
     "section_value",
     "corruption_suffix",
 ]
-
-#: Hyperparameters filled in when a loss needs them and the config does not give them (the
-#: losses' own defaults cover the rest; the resolved config records the value used).
-LOSS_HPARAM_DEFAULTS: dict[str, dict[str, Any]] = {
-    "pfml": {"proxies_per_class": 2},
-    "cpml": {"proxies_per_class": 2},
-    "rsw": {"alpha": 28.4, "k1": 0.93, "k2": 1.15},  # CUB phase 1 of the RSW code (RSW-R3)
-}
-
 
 def without_late_defaults(cfg: Mapping[str, Any]) -> dict:
     """A copy of ``cfg`` without the ``LATE_DEFAULTS`` keys that hold their default value.
@@ -155,8 +146,11 @@ def _resolve_standin(cfg: dict) -> None:
 
 
 def _fill_loss_hparams(cfg: dict) -> None:
+    """The hyperparameters the loss declares as config defaults, where the config does not give them (the
+    loss's own defaults cover the rest; the resolved config records the value used)."""
     loss = cfg["loss"]
-    loss["hparams"] = {**LOSS_HPARAM_DEFAULTS.get(loss["name"], {}), **loss["hparams"]}
+    declared = loss_catalog()[0][loss["name"]]["config_defaults"]
+    loss["hparams"] = {**copy.deepcopy(declared), **loss["hparams"]}
 
 
 def _check_phases(cfg: dict) -> None:
@@ -202,12 +196,17 @@ def _check_validation(cfg: dict) -> None:
 
 
 def _check_asap(cfg: dict) -> None:
-    """asap.enabled: ASAP Alg. 1 needs an asap_* proxy loss and a validation split to alternate on."""
+    """asap.enabled: ASAP Alg. 1 needs a loss whose proxies it sets (asap_*; for asap.proxies samples, one whose
+    proxies can be samples) and a validation split to alternate on."""
     if not cfg["asap"]["enabled"]:
         return
-    if not str(cfg["loss"]["name"]).startswith("asap_"):
+    declared = loss_catalog()[0][cfg["loss"]["name"]]
+    if not declared["sets_proxies"]:
         raise config_error("asap.enabled", True,
                            f"false for loss {cfg['loss']['name']!r} (ASAP needs an asap_* proxy loss)")
+    if cfg["asap"]["proxies"] == "samples" and not declared["sample_proxies"]:
+        raise config_error("asap.proxies", "samples",
+                           f"'trainable' for loss {cfg['loss']['name']!r} (its proxies cannot be samples)")
     if cfg["validation"]["split"] is None:
         raise config_error("asap.enabled", True, "false without a validation.split (alternations follow validation "
                            "MAP@R; set validation.split: fold)")

@@ -7,7 +7,6 @@ key tables). The keys themselves, with their checks, are in ``config_keys``.
 from __future__ import annotations
 
 import importlib
-import inspect
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -54,18 +53,11 @@ def _is_number(value: Any) -> bool:
 
 
 def numeric_loss_hparams(name: str) -> dict[str, bool]:
-    """The hyperparameters of loss ``name`` that are numbers (-> whether null is allowed): the
-    constructor's parameters annotated ``float``/``int`` and the baselines' numeric defaults."""
-    from dmlrepro.losses import BASELINES, PAPER_LOSSES  # deferred: imports torch
+    """The hyperparameters of loss ``name`` that are numbers (-> whether null is allowed), as the loss
+    declares them (dmlrepro.losses.registry)."""
+    from dmlrepro.losses import loss_spec  # deferred: imports torch
 
-    numeric = {key: False for key, value in getattr(BASELINES.get(name), "defaults", {}).items() if _is_number(value)}
-    constructor = PAPER_LOSSES.get(name)
-    if inspect.isclass(constructor):
-        for param in list(inspect.signature(constructor).parameters.values())[2:]:  # after num_classes, embedding_size
-            parts = {part.strip() for part in str(param.annotation).split("|")}
-            if parts & {"int", "float"} and parts <= {"int", "float", "None"}:
-                numeric[param.name] = "None" in parts
-    return numeric
+    return loss_spec(name).numeric()
 
 
 def check_loss_hparam_types(name: str, hparams: Mapping[str, Any]) -> None:

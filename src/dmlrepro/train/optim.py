@@ -15,9 +15,9 @@ by ``followup.lr`` and the multipliers given in ``followup.lr_mult``; ``schedule
 epoch, the schedule needs no state of its own to resume.
 
 A loss may train some of its parameters at a fixed ratio of another group's lr (HIST's HGNN at
-``lr × lr_hgnn_factor``): its ``linked_lr_groups()`` returns ``{name: (params, group, ratio)}``,
-which become the optimizer groups ``loss.<name>`` with lr = ``ratio × lr_group(e)`` and the loss
-group's weight decay; their parameters leave the ``loss`` group.
+``lr × lr_hgnn_factor``): its declaration's ``lr_groups(loss)`` (dmlrepro.losses.registry) returns
+``{name: (params, group, ratio)}``, which become the optimizer groups ``loss.<name>`` with
+lr = ``ratio × lr_group(e)`` and the loss group's weight decay; their parameters leave the ``loss`` group.
 """
 
 from __future__ import annotations
@@ -28,15 +28,17 @@ from typing import Any
 import torch
 from torch import nn
 
+from dmlrepro.losses import spec_of
 from dmlrepro.models import parameter_groups
 
 from .config import GROUPS
 
 
 def linked_groups(loss: nn.Module) -> dict[str, tuple[list[nn.Parameter], str, float]]:
-    """The loss's parameter groups whose lr is a fixed ratio of a config group's:
-    ``{"loss.<name>": (params, group, ratio)}`` (empty for most losses)."""
-    linked = getattr(loss, "linked_lr_groups", dict)()
+    """The loss's parameter groups whose lr is a fixed ratio of a config group's, as its declaration
+    gives them: ``{"loss.<name>": (params, group, ratio)}`` (empty for most losses)."""
+    spec = spec_of(loss)
+    linked = spec.lr_groups(loss) if spec is not None and spec.lr_groups is not None else {}
     return {f"loss.{name}": (list(params), group, float(ratio)) for name, (params, group, ratio) in linked.items()}
 
 

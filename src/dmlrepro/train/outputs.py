@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from dmlrepro.atomic import atomic_write_bytes, atomic_write_text
+from dmlrepro.losses import has_proxies, trained_proxies
 
 from .optim import in_followup
 from .state import RunDir, TrainState
@@ -91,15 +92,14 @@ def diverged_record(cfg: dict, state: TrainState, info: dict[str, Any]) -> dict[
 
 
 def write_final_proxies(rundir: RunDir, loss, classes: np.ndarray) -> None:
-    """``final_proxies.npz``: the loss's ``proxies`` tensor after training (as the final checkpoint
-    holds it) and the training class of each (row c·P + k belongs to class c, P proxies per class;
+    """``final_proxies.npz``: the loss's proxies after training, as trained (the final checkpoint holds
+    them) and the training class of each (row c·P + k belongs to class c, P proxies per class;
     `classes` sorted, as the engine maps labels), so the report draws them without a checkpoint.
-    Nothing for a loss without a ``proxies`` tensor."""
-    proxies = loss.state_dict().get("proxies")
-    if proxies is None:
+    Nothing for a loss declared without proxies (dmlrepro.losses.registry)."""
+    if not has_proxies(loss):
         return
-    proxies = proxies.detach().cpu().numpy()
-    per_class = max(len(proxies) // len(classes), 1)
+    proxies, per_class = trained_proxies(loss)
+    proxies = proxies.cpu().numpy()
     buf = io.BytesIO()
-    np.savez(buf, proxies=proxies, labels=np.repeat(np.asarray(classes), per_class)[:len(proxies)])
+    np.savez(buf, proxies=proxies, labels=np.repeat(np.asarray(classes), max(per_class, 1))[:len(proxies)])
     atomic_write_bytes(rundir.final_proxies, buf.getvalue())
