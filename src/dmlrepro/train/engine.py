@@ -41,7 +41,7 @@ from tqdm import tqdm
 
 from dmlrepro.atomic import atomic_write_text, write_json_atomic
 from dmlrepro.evaluation.embeddings_io import load_embeddings
-from dmlrepro.losses import proxy_points
+from dmlrepro.losses import proxy_points, use_sample_proxies
 from dmlrepro.preflight.projection import warn_time_budget
 
 from .checkpoint import load_latest, read_checkpoint, save_checkpoint
@@ -214,7 +214,7 @@ class Trainer:
         torch.manual_seed(loss_seed(cfg["seed"]))
         self.loss = build_run_loss(cfg, len(self.labelmap), self.model.embedding_size)
         if cfg["asap"]["enabled"] and cfg["asap"]["proxies"] == "samples":
-            self.loss.use_sample_proxies()  # eq. 4.10: proxies = embedded samples, no trainable proxy parameter
+            use_sample_proxies(self.loss)  # eq. 4.10: proxies = embedded samples, no trainable proxy parameter
         self._check_proxy_metrics()
         self._to_device()
         self.phase1_attrs = {k: getattr(self.loss, k) for k in cfg["followup"]["loss"]}
