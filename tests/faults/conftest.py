@@ -1,11 +1,10 @@
-"""Fixtures of the fault-injection tests: the digits data, the fork server, the reference run,
-and a summary of the injected faults printed at the end of the session."""
+"""Fixtures of the fault-injection tests: the digits data, the fork server, the workflow's job
+server, the reference run (and its phases), and a summary of the injected faults printed at the
+end of the session."""
 
 from __future__ import annotations
 
 import copy
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -65,24 +64,28 @@ def server(tmp_path_factory):
     srv.close()
 
 
-def run_cli(args: list[str], env_extra: dict[str, str] | None = None, timeout: float = 300,
-            popen: bool = False):
-    """``python -m dmlrepro.train.cli ARGS`` in a fresh process (1 thread)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DMLREPRO_TEST_")}
-    env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env_extra or {})})
-    cmd = [sys.executable, "-m", "dmlrepro.train.cli", *args]
-    if popen:
-        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+@pytest.fixture(scope="session")
+def reference_job(run_config, tmp_path_factory) -> fault_harness.Job:
+    """The undisturbed run, in a fresh `python -m dmlrepro.cli train` process that records its
+    phases (fault_harness.Marker)."""
+    folder = tmp_path_factory.mktemp("faults-ref")
+    marker = fault_harness.Marker(folder / "marker")
+    job = fault_harness.start_cli(run_config, folder / "run", folder / "run.log", marker)
+    assert job.wait() == 0, job.log()
+    return job
 
 
 @pytest.fixture(scope="session")
-def reference(run_config, tmp_path_factory) -> Path:
-    """The undisturbed run, in a fresh `python -m dmlrepro.train.cli train` process."""
-    out = tmp_path_factory.mktemp("faults-ref") / "run"
-    res = run_cli(["train", str(run_config), str(out), "--no-progress"])
-    assert res.returncode == 0, res.stdout + res.stderr
-    return out
+def reference(reference_job) -> Path:
+    """The undisturbed run's folder."""
+    return reference_job.log_path.parent / "run"  # the OUTDIR reference_job trains into
+
+
+@pytest.fixture
+def job_server():
+    srv = fault_harness.JobServer()
+    yield srv
+    srv.close()
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -1,21 +1,27 @@
-"""Fault-injection harness: run ``dmlrepro train`` in processes that can be SIGKILLed at random
-points, and tell in which phase of the run each kill landed.
+"""Fault-injection harness: ``dmlrepro train`` in processes that can be SIGKILLed, and where each
+kill landed.
 
-Each trained process is the CLI's ``train_main(argv)`` in a child forked from a small *fork
-server* (a fresh interpreter that has imported torch, the engine and the losses once and run no
-torch computation, so no thread pools exist when it forks): a child starts in milliseconds
-instead of the ~7 s a fresh interpreter spends importing, so dozens of kills fit in the test
-budget. The child is a separate process with its own memory and files; ``SIGKILL`` ends it
-exactly as it ends a fresh ``dmlrepro train`` (the tests also kill a real CLI subprocess, and
-check that a forked child's results equal a fresh process's).
+Two kinds of training process are killed at random times (tests/faults/test_fault_injection.py):
 
-Each child has a small shared file (mmap): int32 ``phase`` (a wrapper around the engine's
-methods sets it, so after a SIGKILL the value left there is where the process died) and int32
-``status`` (written by the server when it reaps the child: the exit code, or ``-signal``).
+* ``cli``: ``python -m dmlrepro.cli train RUN_CONFIG OUTDIR`` in its own interpreter (the
+  ``dmlrepro`` console script's ``main``);
+* ``served``: a job of the workflow's job server (``dmlrepro.jobserver``, started as the Snakefile
+  starts it), handed over by a client process through ``run_job("dmlrepro.train:train_run", ...)``
+  as ``workflow/scripts/train.py`` does; the server forks the child that trains.
+
+Both run with ``phase_marker/`` on PYTHONPATH: its sitecustomize records in a small shared file
+(:class:`Marker`) the phase each process is in and, with the process's own timestamps, every change
+of phase. The kill itself is a plain ``SIGKILL`` sent by the test at a time it drew; the phase left
+in the marker is where the process died.
+
+:class:`ForkServer` (the half-written-files test) forks ``train_main(argv)`` children from a small
+server that has imported torch and the engine, so that the many short runs of that test start in
+milliseconds; its children carry the engine's test-only kill hooks.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import mmap
 import os
@@ -27,59 +33,165 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-PHASES = ("startup", "setup", "resume", "data", "step", "evaluate", "checkpoint", "log", "finish", "exit")
 RUNNING = -1000
 #: lines of the fault-injection summary (filled by the tests, printed at the end of the session)
 SUMMARY: list[str] = []
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+MARKER_SITE = HERE / "phase_marker"
+_spec = importlib.util.spec_from_file_location("fault_phase_marker", MARKER_SITE / "sitecustomize.py")
+marker_layout = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(marker_layout)  # the layout only: ENV is not set in the test process
+PHASES = marker_layout.PHASES
 
 
-# -- in the child --------------------------------------------------------------------------------
-class _Slot:
-    def __init__(self, path: str):
-        fd = os.open(path, os.O_RDWR)
-        self.mm = mmap.mmap(fd, 8)
-        os.close(fd)
+# -- the phase marker ----------------------------------------------------------------------------
+def marker_env(path: Path | None) -> dict[str, str]:
+    """What a process needs in its environment to record its phases in ``path`` (None: a job
+    server, whose children get their own path from their clients)."""
+    pythonpath = os.pathsep.join(p for p in (str(MARKER_SITE), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": pythonpath, marker_layout.ENV: "" if path is None else str(path)}
+
+
+class Marker:
+    """The test's view of one process's marker file (created empty here, before the process starts)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.write_bytes(bytes(marker_layout.SIZE))
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            self.mm = mmap.mmap(fd, marker_layout.SIZE, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
 
     @property
-    def value(self) -> int:
-        return struct.unpack_from("<i", self.mm, 0)[0]
+    def phase(self) -> str:
+        return PHASES[marker_layout.HEADER.unpack_from(self.mm, 0)[0]]
 
-    @value.setter
-    def value(self, v: int) -> None:
-        struct.pack_into("<i", self.mm, 0, v)
+    @property
+    def pid(self) -> int:
+        return marker_layout.HEADER.unpack_from(self.mm, 0)[1]
+
+    @property
+    def count(self) -> int:
+        return marker_layout.HEADER.unpack_from(self.mm, 0)[2]
+
+    def event(self, i: int) -> tuple[str, float]:
+        """The i-th change of phase: the phase entered and when (time.monotonic of the process)."""
+        offset = marker_layout.HEADER.size + i * marker_layout.EVENT.size
+        code, _, when = marker_layout.EVENT.unpack_from(self.mm, offset)
+        return PHASES[code], when
+
+    def events(self) -> list[tuple[str, float]]:
+        return [self.event(i) for i in range(self.count)]
 
 
-def _traced(slot: _Slot, name: str, fn):
-    code = PHASES.index(name)
+def phase_windows(events: Sequence[tuple[str, float]]) -> list[tuple[int, str, float]]:
+    """Each event's window: (event index, phase, seconds until the next change of phase)."""
+    return [(i, phase, events[i + 1][1] - when) for i, (phase, when) in enumerate(events[:-1])]
 
-    def wrapper(*args, **kwargs):
-        prev = slot.value
-        slot.value = code
+
+# -- the processes that are killed ---------------------------------------------------------------
+def _thread_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DMLREPRO_TEST_")}
+    env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    return env
+
+
+class Job:
+    """One training process under test: a ``dmlrepro train`` process, or the client of a served job."""
+
+    def __init__(self, proc: subprocess.Popen, marker: Marker, log_path: Path, served: bool):
+        self.proc, self.marker, self.log_path, self.served = proc, marker, Path(log_path), served
+
+    @property
+    def pid(self) -> int:
+        """The training process: the CLI process, or the server's child (it names itself in the marker)."""
+        return self.marker.pid if self.served else self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait(self, timeout: float = 300) -> int:
+        """The training process's exit status, -N when signal N ended it (a served job's client
+        exits with 128 + N: the job server's convention)."""
+        code = self.proc.wait(timeout)
+        return 128 - code if self.served and code > 128 else code
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
+
+
+def start_cli(conf: Path, out: Path, log_path: Path, marker: Marker) -> Job:
+    """``python -m dmlrepro.cli train CONF OUT --no-progress``, its output in ``log_path``."""
+    with open(log_path, "a") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "dmlrepro.cli", "train", str(conf), str(out), "--no-progress"],
+                                cwd=REPO, env={**_thread_env(), **marker_env(marker.path)}, stdout=log,
+                                stderr=subprocess.STDOUT)
+    return Job(proc, marker, log_path, served=False)
+
+
+#: the client of a served job: what workflow/scripts/train.py does with Snakemake's values
+_CLIENT = ("import sys, yaml; from dmlrepro.jobserver import run_job; "
+           "run_job('dmlrepro.train:train_run', yaml.safe_load(open(sys.argv[1])), sys.argv[2], progress=False, "
+           "log=sys.argv[3])")
+
+
+class JobServer:
+    """The workflow's job server (``dmlrepro.jobserver.start``, its default preload) with the phase
+    marker on its PYTHONPATH; ``submit`` hands it a training job."""
+
+    def __init__(self):
+        from dmlrepro import jobserver
+
+        self._jobserver = jobserver
+        saved = {k: os.environ.get(k) for k in ("PYTHONPATH", marker_layout.ENV, jobserver.JOBSERVER_ENV)}
+        os.environ.update(marker_env(None))
         try:
-            return fn(*args, **kwargs)
-        finally:
-            slot.value = prev
+            self.server = jobserver.start()  # as the Snakefile's onstart
+            self.socket = os.environ[jobserver.JOBSERVER_ENV]
+        finally:  # the test process's own environment is left as it was
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
-    return wrapper
+    def submit(self, conf: Path, out: Path, log_path: Path, marker: Marker) -> Job:
+        environ = {**_thread_env(), **marker_env(marker.path), self._jobserver.JOBSERVER_ENV: self.socket}
+        proc = subprocess.Popen([sys.executable, "-c", _CLIENT, str(conf), str(out), str(log_path)], cwd=REPO,
+                                env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return Job(proc, marker, log_path, served=True)
 
-
-def _install_tracer(slot: _Slot) -> None:
-    from dmlrepro.train import checkpoint, engine
-
-    t = engine._Trainer
-    t.__init__ = _traced(slot, "setup", t.__init__)
-    engine.load_latest = _traced(slot, "resume", engine.load_latest)
-    t._train_epoch = _traced(slot, "data", t._train_epoch)  # what is left of an epoch: the DataLoader
-    t._step = _traced(slot, "step", t._step)
-    t._evaluate = _traced(slot, "evaluate", t._evaluate)
-    t._write_log = _traced(slot, "log", t._write_log)
-    t._finish_completed = _traced(slot, "finish", t._finish_completed)
-    checkpoint.write_verified = _traced(slot, "checkpoint", checkpoint.write_verified)  # save_checkpoint
-    engine.write_verified = checkpoint.write_verified  # best_model.pt
+    def close(self) -> None:
+        self._jobserver.stop(self.server)
 
 
+def kill_in_window(job: Job, anchor: int, offset: float, timeout: float = 300) -> float | None:
+    """SIGKILL ``job`` ``offset`` seconds after its change of phase number ``anchor`` (by the
+    process's own clock); how late the signal went out (seconds), None when the job ended first."""
+    end = time.monotonic() + timeout
+    while job.marker.count <= anchor:
+        if not job.alive():
+            return None
+        if time.monotonic() > end:
+            raise TimeoutError(f"dmlrepro train never reached its change of phase {anchor}; log: {job.log_path}")
+        time.sleep(0.001)
+    due = job.marker.event(anchor)[1] + offset
+    while (left := due - time.monotonic()) > 0:
+        time.sleep(min(left, 0.001))
+    if not job.alive():
+        return None
+    sent = time.monotonic()
+    try:
+        os.kill(job.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return None
+    return sent - due
+
+
+# -- the fork server of the half-written-files test ----------------------------------------------
 def _run_child(job: dict) -> None:
     fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
@@ -87,20 +199,17 @@ def _run_child(job: dict) -> None:
     for k in [k for k in os.environ if k.startswith("DMLREPRO_TEST_")]:
         del os.environ[k]
     os.environ.update(job["env"])  # the test hooks are read when the run starts
-    slot = _Slot(job["slot"])
-    _install_tracer(slot)
     from dmlrepro.train.cli import train_main
 
     code = train_main(job["argv"])
-    slot.value = PHASES.index("exit")
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
 
 
-# -- the server ----------------------------------------------------------------------------------
 def serve() -> None:
-    """Read one JSON job per stdin line, fork a child for it, answer its pid on stdout."""
+    """Read one JSON job per stdin line, fork a child for it, answer its pid on stdout; write each
+    child's exit status (the exit code, or -signal) into its job's status file when it ends."""
     import logging
 
     import torch  # noqa: F401
@@ -126,7 +235,6 @@ def serve() -> None:
             if path:
                 code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
                 with open(path, "r+b") as fh:
-                    fh.seek(4)
                     fh.write(struct.pack("<i", code))
 
     signal.signal(signal.SIGCHLD, reap)
@@ -142,20 +250,17 @@ def serve() -> None:
                 _run_child(job)
             finally:
                 os._exit(70)
-        slots[pid] = job["slot"]
+        slots[pid] = job["status"]
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
         print(pid, flush=True)
 
 
-# -- in the test process -------------------------------------------------------------------------
 class ForkServer:
     def __init__(self, workdir: Path):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.count = 0
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-               "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-        env = {k: v for k, v in env.items() if not k.startswith("DMLREPRO_TEST_")}
+        env = {**_thread_env(), "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
         self.proc = subprocess.Popen([sys.executable, "-c", "import fault_harness; fault_harness.serve()"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO, env=env)
         ready = self.proc.stdout.readline().strip()
@@ -164,13 +269,13 @@ class ForkServer:
 
     def start(self, argv: Sequence[str], log_path, env: dict | None = None) -> "Child":
         self.count += 1
-        slot = self.workdir / f"slot{self.count}"
-        slot.write_bytes(struct.pack("<ii", 0, RUNNING))
+        status = self.workdir / f"status{self.count}"
+        status.write_bytes(struct.pack("<i", RUNNING))
         self.proc.stdin.write(json.dumps({"argv": list(map(str, argv)), "env": dict(env or {}),
-                                          "log": str(log_path), "slot": str(slot)}) + "\n")
+                                          "log": str(log_path), "status": str(status)}) + "\n")
         self.proc.stdin.flush()
         pid = int(self.proc.stdout.readline())
-        return Child(pid, slot, log_path)
+        return Child(pid, status, log_path)
 
     def close(self) -> None:
         self.proc.stdin.close()
@@ -180,52 +285,25 @@ class ForkServer:
 class Child:
     """One ``dmlrepro train`` process forked by the server."""
 
-    def __init__(self, pid: int, slot: Path, log_path):
-        self.pid, self.log_path = pid, str(log_path)
-        self.slot = _Slot(str(slot))
-        self.started = time.perf_counter()
-
-    @property
-    def phase(self) -> str:
-        return PHASES[self.slot.value]
+    def __init__(self, pid: int, status: Path, log_path):
+        self.pid, self.status_path, self.log_path = pid, Path(status), str(log_path)
 
     @property
     def status(self) -> int:
-        return struct.unpack_from("<i", self.slot.mm, 4)[0]
+        return struct.unpack("<i", self.status_path.read_bytes())[0]
 
     def alive(self) -> bool:
         return self.status == RUNNING
-
-    def kill(self) -> None:
-        if self.alive():
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
     def wait(self, timeout: float = 300) -> int:
         end = time.perf_counter() + timeout
         while self.alive():
             if time.perf_counter() > end:
-                self.kill()
+                os.kill(self.pid, signal.SIGKILL)
                 raise TimeoutError(f"dmlrepro train did not end in {timeout} s; log: {self.log_path}")
             time.sleep(0.005)
-        self.seconds = time.perf_counter() - self.started
         return self.status
 
     def log(self) -> str:
         with open(self.log_path, encoding="utf-8", errors="replace") as fh:
             return fh.read()
-
-
-def wait_for_phase(child: Child, phases: Sequence[str], timeout: float = 120) -> bool:
-    """Spin until the child is in one of ``phases`` (True) or has ended (False)."""
-    codes = {PHASES.index(p) for p in phases}
-    end = time.perf_counter() + timeout
-    while time.perf_counter() < end:
-        if child.slot.value in codes:
-            return True
-        if not child.alive():
-            return False
-        time.sleep(0)  # phases such as a checkpoint write last milliseconds
-    raise TimeoutError(f"the run never reached {phases}")

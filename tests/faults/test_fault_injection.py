@@ -1,15 +1,16 @@
-"""Fault injection: SIGKILL training processes at targeted and random points, kill the Snakemake
-controller mid-run, leave half-written files in a run's folder. Each time a rerun must
-complete with nothing lost, no corrupt output accepted, and final metrics identical (exact
+"""Fault injection: SIGKILL training processes at random times, leave half-written files in a
+run's folder (the Snakemake controller's kills are test_workflow_faults.py). Each time a rerun
+must complete with nothing lost, no corrupt output accepted, and final metrics identical (exact
 floats) to an undisturbed run's, on CPU with deterministic settings.
 
-The kills land at least once in each phase docs/training.md names (data loading, training
-step, evaluation, checkpoint write, log write, finish): the first trials aim at one phase each
-(and kill again until one lands there), the others are random; the test asserts the coverage.
-The counts of injected faults (and the phase each kill landed in) are printed in the
-"fault injection" section at the end of the pytest session; docs/training.md reports them.
-Reproducible: the kill points come from ``random.Random(DMLREPRO_FAULT_SEED)`` (default below);
-``DMLREPRO_FAULT_TRIALS`` sets the number of random trials (after the targeted ones).
+The kills are plain SIGKILLs sent by the test, to a fresh ``dmlrepro train`` process and to a job
+of the workflow's job server, at times drawn uniformly inside the training, evaluation and
+checkpoint-writing windows of an undisturbed run (its phase marker's timeline, counted from the
+change of phase before the window), until each kind of process has died in each of the three
+phases; the phase at death is read from the marker, and the test asserts the coverage. The counts
+are printed in the "fault injection" section at the end of the pytest session; docs/training.md
+reports them. The draws come from ``random.Random(DMLREPRO_FAULT_SEED)`` (default below);
+``DMLREPRO_FAULT_TRIES`` caps the kills per kind of process.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import json
 import os
 import random
 import signal
-import time
 from pathlib import Path
 
 import numpy as np
@@ -31,12 +31,9 @@ import fault_harness
 from dmlrepro.train import list_checkpoints, read_checkpoint
 from dmlrepro.train.checkpoint import checkpoint_name
 
-from .conftest import run_cli
-
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 SEED = int(os.environ.get("DMLREPRO_FAULT_SEED", "20261121"))
-TRIALS = int(os.environ.get("DMLREPRO_FAULT_TRIALS", "10"))
 EPOCHS, STEPS = 3, 4
 
 
@@ -83,101 +80,100 @@ def assert_identical(out: Path, ref: Path) -> None:
     assert not [p.name for p in out.rglob("*.tmp")], "temporaries of killed writes left behind"
 
 
-# -- a) SIGKILL at targeted and random points ----------------------------------------------------------
-#: the phases docs/training.md names (fault_harness.PHASES): data loading, training step, evaluation,
-#: checkpoint write, log write, finish; each must see at least one kill
-REQUIRED_PHASES = ("data", "step", "evaluate", "checkpoint", "log", "finish")
-#: kill trigger -> the phase it aims at: "steps" dies right after the k-th optimizer step (in the
-#: epoch loop, i.e. data loading), "ckpt-write" half-way through writing the k-th checkpoint, the
-#: others as soon as the process enters the phase; "wall" at a random moment
-TARGETS = {"steps": "data", "step": "step", "evaluate": "evaluate", "ckpt-write": "checkpoint", "log": "log",
-           "finish": "finish", "checkpoint": "checkpoint", "wall": None}
-TARGETED = ("steps", "step", "evaluate", "ckpt-write", "log", "finish")  # the first trials, one per phase
-RANDOM_KINDS = ("wall", "steps", "evaluate", "ckpt-write", "checkpoint", "wall", "finish", "step", "log", "wall")
-ATTEMPTS = 4  # kills per targeted trial until one lands in its phase
+# -- a) SIGKILL at random times -------------------------------------------------------------------------
+#: the phases every kind of process must be killed in (the marker's names, fault_harness.PHASES)
+REQUIRED_PHASES = ("training", "evaluation", "checkpoint")
+KINDS = ("cli", "served")
+TRIES = int(os.environ.get("DMLREPRO_FAULT_TRIES", "10"))  # kills per kind, at most, until every phase saw one
 
 
-def _kill_once(server, conf: Path, out: Path, log: Path, kind: str, rng: random.Random, full_s: float,
-               jitter: bool = True) -> dict:
-    argv = ["train", str(conf), str(out), "--no-progress"][1:]
-    env = {}
-    if kind == "steps":
-        env["DMLREPRO_TEST_KILL_AFTER_STEPS"] = str(rng.randint(1, EPOCHS * STEPS))
-    elif kind == "ckpt-write":
-        env["DMLREPRO_TEST_KILL_IN_CHECKPOINT"] = str(rng.randint(1, EPOCHS))
-    child = server.start(argv, log, env)
-    if kind == "wall":
-        delay = rng.uniform(0, full_s)
-        while child.alive() and time.perf_counter() - child.started < delay:
-            time.sleep(0.002)
-        child.kill()
-    elif kind in ("step", "evaluate", "checkpoint", "log", "finish"):
-        extra = rng.uniform(0, 0.3) if kind == "evaluate" and jitter else 0.0
-        if fault_harness.wait_for_phase(child, [kind]):
-            time.sleep(extra)
-            child.kill()
-    status = child.wait()
-    return {"kind": kind, "env": env, "status": status, "phase": child.phase if status == -signal.SIGKILL else None}
+def draw_kill_time(timelines: list[list[tuple[str, float]]], phase: str, rng: random.Random) -> tuple[int, float]:
+    """A moment drawn uniformly inside the windows of ``phase`` of undisturbed runs (their phase
+    markers' timelines, one sequence of phases), as (the change of phase before the window,
+    seconds after it). A window is where every timeline was in ``phase``, counted from that change
+    of phase; each window is weighted by its length."""
+    windows = []  # (change of phase before the window, start, end), seconds after that change
+    for i, (name, _) in enumerate(timelines[0][1:-1], start=1):
+        start = max(t[i][1] - t[i - 1][1] for t in timelines)
+        end = min(t[i + 1][1] - t[i - 1][1] for t in timelines)
+        if name == phase and end > start:
+            windows.append((i - 1, start, end))
+    assert windows, f"the undisturbed runs were never in {phase} at the same time"
+    at = rng.uniform(0, sum(end - start for _, start, end in windows))
+    for anchor, start, end in windows:
+        if at <= end - start:
+            break
+        at -= end - start
+    return anchor, start + min(at, end - start)
 
 
-def test_sigkill_at_random_points(server, run_config, reference, tmp_path):
+def _start(kind: str, job_server, conf: Path, out: Path, folder: Path, name: str):
+    marker = fault_harness.Marker(folder / f"{name}.marker")
+    if kind == "cli":
+        return fault_harness.start_cli(conf, out, folder / f"{name}.log", marker)
+    return job_server.submit(conf, out, folder / f"{name}.log", marker)
+
+
+def _resume(kind: str, job_server, conf: Path, out: Path, folder: Path, name: str) -> None:
+    """Rerun the killed run to its end, as a user (cli) or Snakemake (served: it deletes a rerun job's
+    declared outputs first) would."""
+    if kind == "served":
+        (out / "train_log.csv").unlink(missing_ok=True)
+    job = _start(kind, job_server, conf, out, folder, name)
+    assert job.wait() == 0, job.log()
+
+
+def test_sigkill_at_random_times(job_server, run_config, reference_job, reference, tmp_path):
+    """``dmlrepro train`` processes (a fresh CLI process, a job of the workflow's job server) are
+    SIGKILLed at random times drawn inside the training, evaluation or checkpoint-writing windows
+    of an undisturbed run, until each kind of process has died in each of these phases; every
+    killed run leaves nothing corrupt, and its rerun equals the undisturbed run."""
     rng = random.Random(SEED)
-    # an undisturbed forked run: equals the fresh-process reference, and gives the time scale
-    first = server.start([str(run_config), str(tmp_path / "undisturbed"), "--no-progress"], tmp_path / "undisturbed.log")
-    assert first.wait() == 0, first.log()
-    full_s = first.seconds
-    assert_identical(tmp_path / "undisturbed", reference)
+    undisturbed = _start("served", job_server, run_config, tmp_path / "served", tmp_path, "served")
+    assert undisturbed.wait() == 0, undisturbed.log()
+    assert_identical(tmp_path / "served", reference)  # a served job trains exactly as the CLI does
+    timelines = [reference_job.marker.events(), undisturbed.marker.events()]
+    assert [p for p, _ in timelines[1]] == [p for p, _ in timelines[0]], "the two kinds run different phases"
 
-    landed, missed, phases, by_kind, reruns = 0, 0, collections.Counter(), collections.Counter(), 0
-    for trial in range(len(TARGETED) + TRIALS):
-        out, log = tmp_path / f"trial{trial:02d}", tmp_path / f"trial{trial:02d}.log"
-        if trial < len(TARGETED):  # aimed at one phase: kill again (the run resumes) until it lands there
-            kinds, target = [TARGETED[trial]] * ATTEMPTS, TARGETS[TARGETED[trial]]
-        else:
-            kinds, target = [RANDOM_KINDS[(trial - len(TARGETED)) % len(RANDOM_KINDS)]] + (
-                [rng.choice(RANDOM_KINDS)] if rng.random() < 0.5 else []), None
-        for kind in kinds:
-            res = _kill_once(server, run_config, out, log, kind, rng, full_s, jitter=target is None)
-            if res["status"] == -signal.SIGKILL:
-                landed += 1
-                phases[res["phase"]] += 1
-                by_kind[kind] += 1
-                assert_sane(out, reference)
-            else:  # the run finished before the kill point
-                assert res["status"] == 0, Path(log).read_text()
-                missed += 1
-            if target is not None and res["phase"] == target:
+    deaths = {kind: collections.Counter() for kind in KINDS}
+    aimed = {kind: collections.Counter() for kind in KINDS}
+    missed, late = collections.Counter(), []
+    for kind in KINDS:
+        for trial in range(TRIES):
+            missing = [p for p in REQUIRED_PHASES if not deaths[kind][p]]
+            if not missing:
                 break
-        done = server.start([str(run_config), str(out), "--no-progress"], log)
-        assert done.wait() == 0, done.log()
-        reruns += 1
-        assert_identical(out, reference)
+            phase = rng.choice(missing)
+            anchor, offset = draw_kill_time(timelines, phase, rng)
+            name = f"{kind}{trial}"
+            out = tmp_path / name
+            job = _start(kind, job_server, run_config, out, tmp_path, name)
+            lateness = fault_harness.kill_in_window(job, anchor, offset)
+            killed = lateness is not None
+            if killed:
+                late.append(lateness)
+            status = job.wait()
+            aimed[kind][phase] += 1
+            if killed:
+                assert status == -signal.SIGKILL, f"{kind}: the killed process ended with {status}; {job.log()}"
+                deaths[kind][job.marker.phase] += 1
+                assert_sane(out, reference)
+                _resume(kind, job_server, run_config, out, tmp_path, name + "-rerun")
+            else:  # the process ended before its kill time
+                assert status == 0, job.log()
+                missed[kind] += 1
+            assert_identical(out, reference)
 
-    # one more: a real `python -m dmlrepro.train.cli train` process killed at a random moment
-    # once its run has started (config.yaml written), then resumed by a fresh process
-    out = tmp_path / "cli"
-    proc = run_cli(["train", str(run_config), str(out), "--no-progress"], popen=True)
-    while proc.poll() is None and not (out / "config.yaml").exists():
-        time.sleep(0.01)
-    time.sleep(rng.uniform(0, 0.3 * full_s))
-    assert proc.poll() is None, "the CLI run ended before its kill point"
-    proc.send_signal(signal.SIGKILL)
-    rc = proc.wait()
-    assert rc == -signal.SIGKILL, f"the killed CLI process ended with {rc}, not by SIGKILL"
-    assert_sane(out, reference)
-    (out / "train_log.csv").unlink(missing_ok=True)  # as Snakemake does with a rerun job's declared outputs
-    done = server.start([str(run_config), str(out), "--no-progress"], tmp_path / "cli.log")
-    assert done.wait() == 0, done.log()
-    assert_identical(out, reference)
-
-    assert landed >= 10
-    missing = [p for p in REQUIRED_PHASES if not phases[p]]
-    assert not missing, f"no kill landed in {missing}; phases at death: {dict(phases)}"
     fault_harness.SUMMARY.append(
-        f"a) {len(TARGETED)} trials aimed at one phase each and {TRIALS} random ones (seed {SEED}): {landed} SIGKILLs landed ({missed} kill points came after the "
-        f"run had finished); by trigger: {dict(by_kind)}; phase at death: {dict(phases)}; "
-        f"+1 real CLI process killed (rc {rc}, its train_log.csv deleted before the rerun); {reruns + 1} reruns, all identical to the undisturbed run; "
-        f"undisturbed run {full_s:.1f} s")
+        f"a) SIGKILL at random times (seed {SEED}), drawn inside an undisturbed run's phase windows; "
+        + "; ".join(f"{kind}: {sum(deaths[kind].values())} kills, aimed at {dict(aimed[kind])}, died in "
+                    f"{dict(deaths[kind])}, {missed[kind]} ended before their kill time" for kind in KINDS)
+        + (f"; kills sent {1e3 * min(late):.1f}-{1e3 * max(late):.1f} ms after their drawn time" if late else "")
+        + "; every rerun identical to the undisturbed run")
+    for kind in KINDS:
+        missing = [p for p in REQUIRED_PHASES if not deaths[kind][p]]
+        assert not missing, (f"{kind}: no kill landed in {missing} after {TRIES} kills; "
+                             f"phases at death: {dict(deaths[kind])}")
 
 
 # -- c) half-written files in a run's folder ------------------------------------------------------------
