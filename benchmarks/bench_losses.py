@@ -7,9 +7,11 @@ CUB (N=100 classes, M=15 proxies per class) and SOP (N=11,318, M=2), batch 100, 
     python benchmarks/bench_losses.py                 # both scales, 40 timed steps each
     python benchmarks/bench_losses.py --scales cub --steps 20 --json out.json
 
+The two methods' steps alternate (same batches), so a load change on a shared machine hits both.
 Reports the median and mean (amortised: neighbour-list refreshes included) step time, PFML's first
-step (it builds the proxy neighbour list), the ratio to Proxy-Anchor, the peak resident memory
-added while each method ran, and how many neighbour-list rows PFML searched again per step.
+step (it builds the proxy neighbour list), the ratio to Proxy-Anchor, the most resident memory one
+call (construction or a step) of each method added while it ran, and how many neighbour-list rows
+PFML searched again per step; `--json` also keeps every timed step.
 """
 
 from __future__ import annotations
@@ -62,35 +64,65 @@ def batches(num_classes, batch_size, dim, steps, seed):
         yield torch.nn.functional.normalize(centres + 0.5 * torch.randn(batch_size, dim, generator=g) / dim**0.5, dim=1), labels
 
 
-def run_method(name, scale, args):
-    torch.manual_seed(0)
-    kwargs = {"proxies_per_class": scale["proxies_per_class"], "delta": args.delta, "alpha": args.alpha,
-              "pair_search": args.pair_search, "skin": args.skin} if name == "pfml" else {}
-    times, rows, pairs = [], [], []
-    with PeakRSS() as memory:
-        loss = build_loss(name, scale["num_classes"], args.dim, **kwargs)
-        optimiser = torch.optim.Adam(loss.parameters(), lr=args.lr, weight_decay=args.weight_decay)
-        for step, (z, y) in enumerate(batches(scale["num_classes"], args.batch, args.dim, args.warmup + args.steps, 1)):
-            z.requires_grad_()
+class Method:
+    """One loss and its optimiser, stepped on demand, with its step times and memory."""
+
+    def __init__(self, name, scale, args):
+        self.name, self.scale, self.args = name, scale, args
+        self.times, self.rows, self.pairs, self.peak_mb = [], [], [], 0.0
+        torch.manual_seed(0)
+        kwargs = {"proxies_per_class": scale["proxies_per_class"], "delta": args.delta, "alpha": args.alpha,
+                  "pair_search": args.pair_search, "skin": args.skin} if name == "pfml" else {}
+        self._measured(lambda: self._build(kwargs))
+
+    def _build(self, kwargs):
+        self.loss = build_loss(self.name, self.scale["num_classes"], self.args.dim, **kwargs)
+        self.optimiser = torch.optim.Adam(self.loss.parameters(), lr=self.args.lr, weight_decay=self.args.weight_decay)
+
+    def _measured(self, work):
+        """Run `work`, keeping the most resident memory one call of this method added while it ran."""
+        with PeakRSS() as memory:
+            work()
+        self.peak_mb = max(self.peak_mb, memory.added_mb)
+
+    def step(self, step, z, y):
+        z = z.clone().requires_grad_()
+
+        def work():
             start = time.perf_counter()
-            optimiser.zero_grad(set_to_none=True)
-            loss(z, y).backward()
-            optimiser.step()
-            elapsed = time.perf_counter() - start
-            if step == 0:
-                first = elapsed
-            if step >= args.warmup:
-                times.append(elapsed)
-                if name == "pfml":
-                    stats = loss.neighbour_stats()
-                    rows.append(stats["rows_refreshed"])
-                    pairs.append(stats["pairs"])
-    result = {"method": name, "median_ms": 1e3 * statistics.median(times), "mean_ms": 1e3 * statistics.fmean(times),
-              "first_step_ms": 1e3 * first, "peak_added_mb": memory.added_mb}
-    if rows:
-        result.update(rows_refreshed_mean=statistics.fmean(rows), rows_refreshed_max=max(rows),
-                      proxies=scale["num_classes"] * scale["proxies_per_class"], pairs_mean=statistics.fmean(pairs))
-    return result
+            self.optimiser.zero_grad(set_to_none=True)
+            self.loss(z, y).backward()
+            self.optimiser.step()
+            self.elapsed = time.perf_counter() - start
+
+        self._measured(work)
+        if step == 0:
+            self.first = self.elapsed
+        if step >= self.args.warmup:
+            self.times.append(self.elapsed)
+            if self.name == "pfml":
+                stats = self.loss.neighbour_stats()
+                self.rows.append(stats["rows_refreshed"])
+                self.pairs.append(stats["pairs"])
+
+    def result(self):
+        times = self.times
+        result = {"method": self.name, "median_ms": 1e3 * statistics.median(times), "mean_ms": 1e3 * statistics.fmean(times),
+                  "first_step_ms": 1e3 * self.first, "peak_added_mb": self.peak_mb, "step_ms": [1e3 * t for t in times]}
+        if self.rows:
+            result.update(rows_refreshed=self.rows, rows_refreshed_mean=statistics.fmean(self.rows),
+                          rows_refreshed_max=max(self.rows), proxies=self.scale["num_classes"] * self.scale["proxies_per_class"],
+                          pairs_mean=statistics.fmean(self.pairs))
+        return result
+
+
+def run_interleaved(scale, args):
+    """Proxy-Anchor's and PFML's steps alternate on the same batches: a load change on a shared machine hits both."""
+    methods = [Method("proxy_anchor", scale, args), Method("pfml", scale, args)]
+    for step, (z, y) in enumerate(batches(scale["num_classes"], args.batch, args.dim, args.warmup + args.steps, 1)):
+        for method in methods:
+            method.step(step, z, y)
+    return [method.result() for method in methods]
 
 
 def main(argv=None):
@@ -118,7 +150,7 @@ def main(argv=None):
     results = []
     for scale_name in args.scales:
         scale = SCALES[scale_name]
-        anchor, pfml = run_method("proxy_anchor", scale, args), run_method("pfml", scale, args)
+        anchor, pfml = run_interleaved(scale, args)
         for r in (anchor, pfml):
             r["scale"] = scale_name
         pfml["ratio_median"] = pfml["median_ms"] / anchor["median_ms"]

@@ -195,3 +195,35 @@ def test_result_does_not_depend_on_the_lists_history():
     assert loss.neighbour_stats()["rebuilds"] == 1 and fresh.neighbour_stats()["rebuilds"] == 1
     assert warm.item() == cold.item()
     assert torch.equal(warm_grad, fresh.proxies.grad)
+
+
+@pytest.mark.parametrize("loss_class,kwargs", [(PFMLLoss, {"alpha": 4.0}), (CPMLLoss, {"repulsion": "hinge"})])
+def test_partial_refreshes_equal_a_full_rebuild_at_every_step(loss_class, kwargs):
+    """The list refreshed row by row gives bit-identical energy and gradients to a list searched afresh at each step."""
+    torch.manual_seed(3)
+    num_classes, m, dim, delta = 50, 2, 5, 0.4
+    kept = loss_class(num_classes, dim, m, delta=delta, pair_search="neighbour", skin=0.04, **kwargs)
+    rebuilt = loss_class(num_classes, dim, m, delta=delta, pair_search="neighbour", skin=0.04, **kwargs)
+    rebuilt.load_state_dict(kept.state_dict())
+    optimiser = torch.optim.Adam(kept.parameters(), lr=0.03)
+    partial = 0
+    for step in range(30):
+        z = torch.nn.functional.normalize(torch.randn(24, dim), dim=1)
+        y = torch.randint(0, num_classes, (24,))
+        with torch.no_grad():
+            rebuilt.proxies.copy_(kept.proxies)
+        rebuilt._neighbours.reset()  # searched afresh: every row against every column
+        results = []
+        for loss in (kept, rebuilt):
+            loss.proxies.grad = None
+            zr = z.clone().requires_grad_()
+            value = loss(zr, y)
+            value.backward()
+            results.append((value, zr.grad, loss.proxies.grad))
+        assert rebuilt.neighbour_stats()["rows_refreshed"] == num_classes * m
+        assert results[0][0].item() == results[1][0].item(), f"step {step}"
+        assert torch.equal(results[0][1], results[1][1]) and torch.equal(results[0][2], results[1][2]), f"step {step}"
+        partial += 0 < kept.neighbour_stats()["rows_refreshed"] < num_classes * m
+        optimiser.step()
+    assert kept.neighbour_stats()["rebuilds"] == 1 and partial >= 10  # the row-by-row path was exercised
+    assert kept.neighbour_stats()["pairs"] > 0  # near pairs exist, so a missing one would change the energy
