@@ -61,6 +61,19 @@ def _ratio_rows(title: str, cases: list[dict]) -> list[str]:
             + " |" for c in cases]
 
 
+def _eval_rows(configs: list[dict]) -> list[str]:
+    """The preflight's evaluation against training: eval img/s over step img/s per shape (target ≥ 2)."""
+    shapes = [c for c in configs if c.get("eval_images_per_second") and c.get("synthetic_images_per_second")]
+    if not shapes:
+        return []
+    ratios = sorted(c["eval_images_per_second"] / c["synthetic_images_per_second"] for c in shapes)
+    evals = sorted(c["eval_images_per_second"] for c in shapes)
+    metrics = [c["eval_metric_seconds"] for c in shapes if c.get("eval_metric_seconds") is not None]
+    return [f"| preflight evaluation, {len(shapes)} shapes | {evals[0]:,.0f}–{evals[-1]:,.0f} img/s; eval / step "
+            f"img/s {ratios[0]:.2f}–{ratios[-1]:.2f} (target ≥ 2); metrics "
+            f"{max(metrics, default=0):.3f} s at most |"]
+
+
 def markdown(doc: dict, work: Path) -> str:
     probe = doc["probe"] or {}
     lines = [f"# GPU check: {probe.get('device_name')} (torch {probe.get('torch')}, CUDA {probe.get('cuda_runtime')}, "
@@ -85,6 +98,7 @@ def markdown(doc: dict, work: Path) -> str:
         p = doc["preflight"]
         lines.append(f"| preflight | {len(p['configs'])} shapes, {p['total_hours']:,.1f} h projected, "
                      f"{len(p['over_budget'])} runs over budget |")
+        lines += _eval_rows(p["configs"])
     for name in ("retrieval.log", "preflight.txt"):
         if (work / name).is_file():
             lines += ["", f"## {name}", "```", *(work / name).read_text().splitlines()[-30:], "```"]

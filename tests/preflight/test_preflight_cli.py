@@ -31,7 +31,7 @@ experiments:
   alpha: {methods: [pfml], datasets: [synthetic], sweep: {loss.hparams.alpha: [2.0, 4.0]}}
 """
 KEYS = {"name", "runs", "status", "error", "step_seconds", "images_per_second", "synthetic_images_per_second",
-        "peak_memory_mb"}
+        "eval_images_per_second", "eval_metric_seconds", "peak_memory_mb"}
 
 
 def preflight(tmp_path, monkeypatch, config, *extra):

@@ -42,7 +42,8 @@ def test_hours_by_hand():
     # measured at batch 4: per image, 0.02 s × 100 = 2 s a step; without workers data time adds up
     small = Speed(step_seconds=0.08, batch_size=4, data_images_per_second=100.0, eval_images_per_second=50.0,
                   workers=0)
-    assert run_hours(cfg, CUB, small) == pytest.approx((200 * 58 * (2.0 + 1.0) + 201 * 5924 / 50) / 3600, rel=1e-12)
+    assert run_hours(cfg, CUB, small) == pytest.approx((200 * 58 * (2.0 + 1.0) + 201 * 5924 * (1 / 50 + 1 / 100)) / 3600,
+                                                       rel=1e-12)
 
 
 def test_budget_and_summary():

@@ -255,7 +255,9 @@ def _manifest_counts(name: str, data_root: str, scratch: Path) -> dict[str, int]
 def _config_entry(shape: Shape, m: Measurement) -> dict[str, Any]:
     return {"name": shape.name, "runs": [run.run_id for run in shape.runs], "status": m.status, "error": m.error,
             "step_seconds": m.step_seconds, "images_per_second": m.images_per_second,
-            "synthetic_images_per_second": m.synthetic_images_per_second, "peak_memory_mb": m.peak_memory_mb}
+            "synthetic_images_per_second": m.synthetic_images_per_second,
+            "eval_images_per_second": m.eval_images_per_second, "eval_metric_seconds": m.eval_metric_seconds,
+            "peak_memory_mb": m.peak_memory_mb}
 
 
 # -- the table ------------------------------------------------------------------------------------
@@ -269,10 +271,11 @@ def format_table(result: dict[str, Any], configfile: str, retries: int | None) -
              f"{facts['cuda']}, capability {facts['capability']}, bf16 {facts['bf16']}; faiss {facts['faiss']}, "
              f"GPU build {facts['faiss_gpu_build']}, GPU search {facts['faiss_gpu_search']}; {facts['cpus']} CPUs)",
              ""]
-    header = ("shape", "runs", "status", "amp", "batch", "step s", "data img/s", "step img/s", "eval img/s", "peak MB")
+    header = ("shape", "runs", "status", "amp", "batch", "step s", "data img/s", "step img/s", "eval img/s", "metric s",
+              "peak MB")
     body = [(shape.name, str(len(shape.runs)), m.status, m.amp, str(m.batch_size or "-"), _num(m.step_seconds, 3),
              _num(m.images_per_second), _num(m.synthetic_images_per_second), _num(m.eval_images_per_second),
-             _num(m.peak_memory_mb, 0)) for shape, m in result["rows"]]
+             _num(m.eval_metric_seconds, 3), _num(m.peak_memory_mb, 0)) for shape, m in result["rows"]]
     lines += _columns([header, *body])
     for note, names in result["notes"].items():
         lines.append(f"note: {note} ({len(names)} shape{'s' * (len(names) > 1)})")

@@ -4,7 +4,7 @@ job after its first full epoch (:func:`warn_time_budget`).
 
 A run's hours (docs/preflight.md#projection)::
 
-    epochs × steps per epoch × step time  +  evaluated images / evaluation speed
+    epochs × steps per epoch × step time  +  evaluated images × embedding time
       +  k-NN searches  +  ASAP k-Center selections
 
 * steps per epoch: the training images (the benchmark's count from ``dmlrepro.data.benchmarks``,
@@ -14,13 +14,15 @@ A run's hours (docs/preflight.md#projection)::
   smaller ``--batch-size``); the data pipeline's time per batch where it is slower (overlapped by
   the DataLoader's workers, added without them);
 * evaluated images: the test split (and gallery) at every test evaluation, the validation classes
-  after every epoch, the training split for proxy metrics, the test split per image corruption.
+  after every epoch, the training split for proxy metrics, the test split per image corruption;
+* embedding time: seconds per image of the measured embedding loop; the data pipeline's where it is
+  slower (overlapped by the DataLoader's workers, added without them), as for the step time;
 * k-NN searches: every evaluation's queries × references × embedding size × the seconds per such
   unit that one search of the project's k-NN (``knn_search``, at the run's largest k) took on this
   device (:func:`measure_knn`);
 * k-Center selections (ASAP): 1 + at most one alternation per ``projection_patience`` epochs
   (capped by ``max_alternations``), each embedding the pools (C × pool size images at the
-  evaluation speed) and running the farthest-first traversal, timed on this device for the run's
+  embedding time) and running the farthest-first traversal, timed on this device for the run's
   pool size, P and embedding size on a few classes and scaled to C (:func:`measure_kcenter`).
 
 The budget of a run is its training job's time limit ``resources.train`` runtime (per dataset,
@@ -47,8 +49,8 @@ RETRIES_ENV = "DMLREPRO_RETRIES"
 
 @dataclass
 class Speed:
-    """A shape's measured speed: seconds per step at ``batch_size``, data pipeline and evaluation
-    images per second, and the DataLoader's worker count."""
+    """A shape's measured speed: seconds per step at ``batch_size``, the data pipeline's and the
+    embedding loop's (on batches in memory) images per second, and the DataLoader's worker count."""
 
     step_seconds: float
     batch_size: int
@@ -137,18 +139,25 @@ def step_time(cfg: Mapping[str, Any], speed: Speed) -> float:
     return max(compute, data) if speed.workers > 0 else compute + data
 
 
+def embedding_time(speed: Speed) -> float:
+    """Seconds per embedded image (module docstring): the embedding loop's own speed is measured on
+    batches in memory, so the data pipeline's time is overlapped or added here."""
+    compute, data = 1.0 / speed.eval_images_per_second, 1.0 / speed.data_images_per_second
+    return max(compute, data) if speed.workers > 0 else compute + data
+
+
 def run_hours(cfg: Mapping[str, Any], counts: Mapping[str, int], speed: Speed,
               knn_seconds_per_unit: float = 0.0, kcenter_seconds: Callable[[int, int, int, int], float] | None = None,
               train_classes: int | None = None) -> float:
     """The run's hours (module docstring); without the k-NN rate or the k-Center timer those parts are 0."""
     train = cfg["epochs"] * steps_per_epoch(cfg, counts["train_images"]) * step_time(cfg, speed)
-    embed_speed = min(speed.eval_images_per_second, speed.data_images_per_second)
-    evaluation = evaluated_images(cfg, counts) / embed_speed
+    per_image = embedding_time(speed)
+    evaluation = evaluated_images(cfg, counts) * per_image
     search = knn_units(cfg, counts) * knn_seconds_per_unit
     selections = 0.0
     if kcenter_seconds is not None and train_classes and kcenter_selections(cfg):
         pool, p, dim = kcenter_pool(cfg)
-        per_selection = train_classes * pool / embed_speed + kcenter_seconds(train_classes, pool, p, dim)
+        per_selection = train_classes * pool * per_image + kcenter_seconds(train_classes, pool, p, dim)
         selections = kcenter_selections(cfg) * per_selection
     return (train + evaluation + search + selections) / 3600.0
 

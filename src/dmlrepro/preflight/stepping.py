@@ -1,7 +1,7 @@
 """One run shape on this node: the training engine's own trainer (model, loss, optimizer, AMP and
 GradScaler, datasets, sampler, validation and ASAP state, built by ``dmlrepro.train.engine``)
 for the shape's representative run, its data pipeline, N optimizer steps of the engine's step,
-one evaluation over a small embedding set, and the peak memory.
+its evaluation's embedding loop and metrics, and the peak memory.
 
 Measured (:class:`Measurement`):
 
@@ -11,8 +11,13 @@ Measured (:class:`Measurement`):
 * ``step_seconds``: one optimizer step of the engine (``Trainer.step``) on batches already in
   memory, the device synchronised around it; the median of the steps after the first (the only
   one with ``--steps 1``); ``synthetic_images_per_second`` = batch / step_seconds;
-* ``eval_images_per_second``: the engine's ``compute_embeddings`` over one evaluation batch of
-  the test split, whose embeddings then go through the engine's ``embedding_metrics``;
+* ``eval_images_per_second``: the engine's embedding loop (``embed_batches``: float32, inference
+  mode) over one in-memory evaluation batch of the run's ``dataset.eval_batch_size`` (the test
+  split's first images read through the engine's evaluation loader, repeated where the split is
+  smaller), the device synchronised around it, after one untimed pass of the same batch (the
+  float32 kernels' first-call costs, which a run pays once); the loader's time is not counted;
+* ``eval_metric_seconds``: the engine's ``embedding_metrics`` on the embeddings of the test split's
+  first evaluation batch (with a gallery: against gallery images of their classes), timed apart;
 * ``peak_memory_mb``: ``torch.cuda.max_memory_allocated`` on CUDA (reset before the shape); on
   the CPU the process's resident-set high-water mark (``resource.getrusage``), reset before the
   shape through ``/proc/self/clear_refs`` where Linux allows it.
@@ -36,6 +41,7 @@ import torch
 
 from dmlrepro.nested import deep_merge
 from dmlrepro.train.config import resolve_run_config
+from dmlrepro.train.embedder import embed_batches
 from dmlrepro.train.engine import Trainer
 from dmlrepro.train.run_evaluation import compute_embeddings, embedding_metrics
 from dmlrepro.train.runtime import apply_speed, available_cpus, resolve_device, resolve_runtime, restore_speed
@@ -55,6 +61,7 @@ class Measurement:
     images_per_second: float | None = None
     synthetic_images_per_second: float | None = None
     eval_images_per_second: float | None = None
+    eval_metric_seconds: float | None = None
     peak_memory_mb: float | None = None
     amp: str = "off"
     workers: int | None = None  # the DataLoader's workers
@@ -112,7 +119,7 @@ def _measure_trainer(trainer, lrs: dict[str, float], run_cfg: dict[str, Any], st
     batches, result.images_per_second = load_batches(trainer, steps)
     result.step_seconds = time_steps(trainer, lrs, batches, steps)
     result.synthetic_images_per_second = result.batch_size / result.step_seconds
-    result.eval_images_per_second = evaluate_small(trainer)
+    result.eval_images_per_second, result.eval_metric_seconds = measure_evaluation(trainer)
 
 
 @contextlib.contextmanager
@@ -176,26 +183,46 @@ def time_steps(trainer, lrs: dict[str, float], batches: list[tuple[torch.Tensor,
     return statistics.median(times[1:] if len(times) > 1 else times)
 
 
-def evaluate_small(trainer) -> float:
-    """Images per second of the engine's test embedding over one evaluation batch of the test split
-    (with a gallery: of the queries, and gallery images of their classes), then the engine's
-    metrics on those embeddings; raises when they are not finite."""
-    cfg = trainer.cfg
-    n = cfg["dataset"]["eval_batch_size"]
-    queries = _subset(trainer.test_ds, range(min(n, len(trainer.test_ds))))
+def measure_evaluation(trainer) -> tuple[float, float]:
+    """(images per second of the engine's embedding loop, seconds of the engine's metrics): module
+    docstring. Raises when the embeddings are not finite."""
+    x, y, distinct = eval_batch(trainer)
+    model, device = trainer.model, trainer.device
+    emb, labels = embed_batches(model, [(x, y)], device)  # untimed: first-call costs
+    _sync_device(device)
     start = time.perf_counter()
-    emb, labels, _ = compute_embeddings(trainer.model, queries, batch_size=n, device=trainer.device)
-    seconds = time.perf_counter() - start
+    embed_batches(model, [(x, y)], device)
+    _sync_device(device)
+    images_per_second = len(x) / (time.perf_counter() - start)
+    emb, labels = emb[:distinct], labels[:distinct].numpy()
     gallery = None
     if trainer.gallery_ds is not None:
         wanted = set(labels.tolist())
-        rows = [i for i, label in enumerate(trainer.gallery_ds.labels) if int(label) in wanted][:n]
-        g_emb, g_labels, _ = compute_embeddings(trainer.model, _subset(trainer.gallery_ds, rows), batch_size=n,
-                                                device=trainer.device)
+        rows = [i for i, label in enumerate(trainer.gallery_ds.labels) if int(label) in wanted][:len(x)]
+        g_emb, g_labels, _ = compute_embeddings(model, _subset(trainer.gallery_ds, rows), batch_size=len(x),
+                                                device=device, on_device=True)
         gallery = (g_emb, g_labels)
-    if embedding_metrics(emb, labels, cfg, gallery) is None:
+    start = time.perf_counter()
+    metrics = embedding_metrics(emb, labels, trainer.cfg, gallery)
+    metric_seconds = time.perf_counter() - start
+    if metrics is None:
         raise FloatingPointError("the evaluation's embeddings are not finite")
-    return len(emb) / seconds
+    return images_per_second, metric_seconds
+
+
+def eval_batch(trainer) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(images, labels, distinct): one evaluation batch of ``dataset.eval_batch_size`` images in
+    memory (pinned on CUDA, as the run's loader gives them), the test split's first ``distinct``
+    items read through the engine's evaluation loader (its workers, one share each), repeated
+    where the split is smaller (a stand-in's 64 images)."""
+    n, ds = trainer.cfg["dataset"]["eval_batch_size"], trainer.test_ds
+    items = list(range(min(n, len(ds))))
+    share = -(-len(items) // max(1, trainer.embedder.num_workers))
+    shares = [[(i, None) for i in items[s:s + share]] for s in range(0, len(items), share)]
+    xs, ys = zip(*((x, y) for x, y, _ in trainer.embedder.batches(ds, shares, "preflight evaluation batch")))
+    order = torch.arange(n) % len(items)
+    x, y = torch.cat(xs)[order], torch.cat(ys)[order]
+    return (x.pin_memory() if trainer.device.type == "cuda" else x), y, len(items)
 
 
 def _subset(ds, positions):

@@ -23,9 +23,8 @@ from dmlrepro.evaluation.clustering import nmi_from_config
 
 from .checkpoint import CheckpointError, list_checkpoints, read_checkpoint
 from .config import corruption_suffix, load_run_config, resolve_run_config
-from .embedder import EmbeddingInterrupted
+from .embedder import embed_batches
 from .model_and_loss import build_run_model
-from .precision import float32_inference
 from .run_data import build_datasets, build_gallery, build_test_corrupted, loader_generator, open_manifest, worker_init
 from .runtime import evaluation_device, run_device
 from .state import EMBEDDINGS_FILE, RunDir
@@ -35,28 +34,17 @@ log = logging.getLogger(__name__)
 
 def compute_embeddings(model, ds, *, batch_size: int, device: torch.device, num_workers: int = 0,
                        progress: bool = False, desc: str = "embed", on_device: bool = False, stop: Any = None):
-    """Embeddings computed in float32 (:func:`~dmlrepro.train.precision.float32_inference`; numpy,
+    """Embeddings computed in float32 (:func:`~dmlrepro.train.embedder.embed_batches`; numpy,
     or with ``on_device`` a tensor left on ``device``, for the metrics to search there), labels
-    and manifest rows of every item of ``ds``, in order. A true
-    `stop` (the run's stop flag) after a batch abandons the pass: :class:`EmbeddingInterrupted`."""
-    was_training = model.training
-    model.eval()
+    and manifest rows of every item of ``ds``, in order, through a loader of ``num_workers``
+    workers (pinned memory on CUDA). A true `stop` (the run's stop flag) after a batch abandons
+    the pass: :class:`~dmlrepro.train.embedder.EmbeddingInterrupted`."""
     loader = DataLoader(ds, batch_size=batch_size, shuffle=False, num_workers=num_workers,
                         worker_init_fn=worker_init if num_workers else None, generator=loader_generator(0, 0, 17),
                         pin_memory=device.type == "cuda")
-    out, labels = [], []
-    try:
-        for x, y, _ in tqdm(loader, desc=desc, disable=not progress, leave=False, dynamic_ncols=True):
-            with float32_inference(device):
-                z = model(x.to(device, non_blocking=True))
-            out.append(z.float() if on_device else z.float().cpu())
-            labels.append(y)
-            if stop:
-                raise EmbeddingInterrupted(desc)
-    finally:
-        model.train(was_training)
-    emb = torch.cat(out) if on_device else torch.cat(out).numpy().astype(np.float32, copy=False)
-    return emb, torch.cat(labels).numpy(), np.asarray(ds.rows, dtype=np.int64)
+    batches = tqdm(loader, desc=desc, disable=not progress, leave=False, dynamic_ncols=True)
+    emb, labels = embed_batches(model, batches, device, desc=desc, stop=stop)
+    return (emb if on_device else emb.cpu().numpy()), labels.numpy(), np.asarray(ds.rows, dtype=np.int64)
 
 
 def embedding_metrics(emb: np.ndarray | torch.Tensor, labels: np.ndarray, cfg: dict[str, Any],
