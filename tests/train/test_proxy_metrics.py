@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from dmlrepro.train import ConfigError, load_latest, resolve_run_config, train_run
+from dmlrepro.train.model_and_loss import build_run_loss, build_run_model
 from dmlrepro.train.run_data import build_train_eval, open_manifest
 from dmlrepro.train.run_evaluation import compute_embeddings
-from dmlrepro.train.model_and_loss import build_run_loss, build_run_model
 
 
 def final_state(cfg, outdir):
@@ -21,8 +21,9 @@ def final_state(cfg, outdir):
     model = build_run_model(cfg)
     model.load_state_dict(state["model"])
     manifest = open_manifest(cfg["dataset"])
-    emb, labels, _ = compute_embeddings(model, build_train_eval(cfg["dataset"], manifest, model), batch_size=512,
-                                        device=torch.device("cpu"))
+    emb, labels, _ = compute_embeddings(
+        model, build_train_eval(cfg["dataset"], manifest, model), batch_size=512, device=torch.device("cpu")
+    )
     classes = np.unique(labels)
     loss = build_run_loss(cfg, len(classes), model.embedding_size)
     loss.load_state_dict(state["loss"])
@@ -38,15 +39,19 @@ def test_w2_of_pfml_proxies_equals_a_literal_assignment(tiny, tmp_path):
     per_class = []
     for c in range(loss.num_classes):  # W_c = min over distinct a ≠ b of (‖p_c0 − z_a‖ + ‖p_c1 − z_b‖) / 2
         z = emb[labels == c]
-        d = np.linalg.norm(proxies[2 * c:2 * c + 2, None, :] - z[None], axis=-1)
+        d = np.linalg.norm(proxies[2 * c : 2 * c + 2, None, :] - z[None], axis=-1)
         per_class.append(min((d[0, a] + d[1, b]) / 2 for a, b in itertools.permutations(range(len(z)), 2)))
     assert record["proxy_metrics"]["w2"] == pytest.approx(np.mean(per_class), rel=1e-5)
 
 
 @pytest.mark.slow
 def test_avg_dtp_of_rsw_proxies_equals_a_literal_loop(tiny, tmp_path):
-    cfg = tiny(eval__proxy_metrics=["avg_dtp"], loss__name="rsw", loss__hparams={"alpha": 2.0, "k1": 0.5, "k2": 1.5},
-               model__l2_normalize=False)
+    cfg = tiny(
+        eval__proxy_metrics=["avg_dtp"],
+        loss__name="rsw",
+        loss__hparams={"alpha": 2.0, "k1": 0.5, "k2": 1.5},
+        model__l2_normalize=False,
+    )
     record = train_run(cfg, tmp_path / "run", progress=False)
     emb, labels, loss = final_state(cfg, tmp_path / "run")
     proxies = loss.proxies.detach().double().numpy()
@@ -54,11 +59,29 @@ def test_avg_dtp_of_rsw_proxies_equals_a_literal_loop(tiny, tmp_path):
     assert record["proxy_metrics"]["avg_dtp"] == pytest.approx(np.mean(per_class), rel=1e-5)
 
 
-@pytest.mark.parametrize("loss,metrics,message", [
-    ({"name": "triplet", "hparams": {}}, ["w2"], "no proxies"),
-    ({"name": "pfml", "hparams": {"proxies_per_class": 2}}, ["avg_dtp"], "one proxy per class"),
-])
+@pytest.mark.parametrize(
+    "loss,metrics,message",
+    [
+        ({"name": "triplet", "hparams": {}}, ["w2"], "no proxies"),
+        ({"name": "pfml", "hparams": {"proxies_per_class": 2}}, ["avg_dtp"], "one proxy per class"),
+    ],
+)
 def test_unusable_proxy_metrics_are_rejected_before_training(tiny, tmp_path, loss, metrics, message):
     with pytest.raises(ConfigError, match=message):
         train_run(tiny(eval__proxy_metrics=metrics, loss=loss), tmp_path / "run", progress=False)
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_run_without_proxies_records_no_proxy_metric():
+    """PFML's M = 0 ablation (Fig. 3a) has no proxies: W₂ and AvgDTP are not defined, so none is recorded
+    (the run shares its config, eval.proxy_metrics included, with the sweep's other points)."""
+    from dmlrepro.losses import build_loss
+    from dmlrepro.train.hooks import proxy_metrics
+
+    class Embedder:
+        def embed(self, dataset, desc):
+            return np.zeros((4, 8), np.float32), np.array([0, 0, 1, 1]), None
+
+    loss = build_loss("pfml", 2, 8, proxies_per_class=0)
+    cfg = {"eval": {"proxy_metrics": ["w2", "avg_dtp"], "w_power": 2}}
+    assert proxy_metrics(cfg, Embedder(), None, lambda y: y, loss) == {}

@@ -46,8 +46,9 @@ class TestEvaluation:
         """The metrics after `epoch` (None: embeddings not finite); saves the embeddings of a new
         best (best_test) or, with `final`, those of the final model."""
         cfg = self.cfg
-        embedded = [self.embedder.embed(ds, desc=f"eval {split} epoch {epoch}", on_device=True)
-                    for ds, split, _ in self.sets]
+        embedded = [
+            self.embedder.embed(ds, desc=f"eval {split} epoch {epoch}", on_device=True) for ds, split, _ in self.sets
+        ]
         (emb, labels, _), gallery = embedded[0], embedded[1][:2] if len(embedded) > 1 else None
         metrics = embedding_metrics(emb, labels, cfg, gallery)
         if metrics is None:
@@ -56,7 +57,9 @@ class TestEvaluation:
             if state.best is None or metrics["recall@1"] > state.best["recall@1"]:
                 state.best = {"epoch": epoch, "recall@1": metrics["recall@1"]}
                 self._save(embedded, True, {"epoch": epoch, "select": "best_test"})
-                _checkpoint.write_verified(self.rundir.best_model("best_test"), {"epoch": epoch, "model": self.model.state_dict()})
+                _checkpoint.write_verified(
+                    self.rundir.best_model("best_test"), {"epoch": epoch, "model": self.model.state_dict()}
+                )
         elif final:
             self._save(embedded, False, {"epoch": epoch, "select": cfg["eval"]["select"]})
         return metrics
@@ -77,6 +80,8 @@ def proxy_metrics(cfg: dict, embedder, train_eval_ds, labelmap, loss) -> dict[st
     emb, labels, _ = embedder.embed(train_eval_ds, desc="embed train")
     labels = labelmap(torch.as_tensor(labels)).numpy()
     proxies, proxy_labels = (t.cpu().numpy() for t in proxy_points(loss))
+    if len(proxies) == 0:  # no proxies (PFML's M = 0 ablation, Fig. 3a): W₂ and AvgDTP are not defined
+        return {}
     out = {}
     if "w2" in cfg["eval"]["proxy_metrics"]:
         out["w2"] = proxy_data_w2(emb, labels, proxies, proxy_labels, w_power=cfg["eval"]["w_power"])
