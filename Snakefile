@@ -41,7 +41,7 @@ JOB_SERVER = []
 onstart:
     os.environ.setdefault(RETRIES_ENV, str(workflow.execution_settings.retries))
     own_env = not workflow.deployment_settings.deployment_method
-    if workflow.local_exec and own_env and config.get("job_server", True):
+    if workflow.local_exec and own_env and config["job_server"]:
         JOB_SERVER.append(jobserver.start())
 
 

@@ -17,6 +17,8 @@ resolved config it changes.
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
 import hashlib
 import itertools
 import json
@@ -27,7 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from dmlrepro.nested import canonical, deep_merge, dotted
-from dmlrepro.train.config import ConfigError, config_identity, resolve_run_config, without_late_defaults
+from dmlrepro.train.config import (
+    ConfigError,
+    config_identity,
+    resolve_run_config,
+    without_late_defaults,
+)
 from dmlrepro.train.config_checks import read_yaml
 
 HASH_LENGTH = 10
@@ -50,7 +57,7 @@ class Run:
     position: dict[str, int] = field(default_factory=dict)  # experiment -> place in its declared order
 
 
-def job_runtime(data_root: str, threads: int, cache_images: bool = False) -> dict:
+def job_runtime(data_root: str, threads: int, cache_images: bool) -> dict:
     """What a workflow job (rule train, rule search) adds to its run config: the prepared data under
     `data_root` (rule prepare_dataset made it, so the engine's prepare step only finds it), image
     caching and torch's threads; all RUNTIME_KEYS, none part of a run's identity."""
@@ -87,11 +94,12 @@ def _section(config: Mapping, name: str, key: str, where: str) -> Mapping:
 def resolve_runs(config: Mapping[str, Any], experiments: list[str] | None = None) -> dict[str, Run]:
     """Every run of the named experiments (default: the active ones), keyed by run id, deduplicated.
     Search experiments (`search:`, trained inside their search) have no runs here:
-    dmlrepro.tuning.searches.search_runs."""
+    dmlrepro.tuning.searches.search_runs; the workflow's whole table: dmlrepro.run_table.RunTable."""
+    config = with_schema_defaults(config)
+    names = [name for name in experiment_names(config, experiments) if "search" not in config["experiments"][name]]
     runs: dict[str, Run] = {}
-    for name, position, run in experiment_points(config, experiments):
-        if "search" not in config["experiments"][name]:
-            add_run(runs, name, position, run)
+    for name, position, run in experiment_points(config, names):
+        add_run(runs, name, position, run)
     return runs
 
 
@@ -106,51 +114,69 @@ def add_run(runs: dict[str, Run], name: str, position: int, run: Run) -> None:
 def active_experiments(config: Mapping[str, Any]) -> list[str]:
     """The experiments the workflow builds: all but those marked `opt_in: true` that the top-level
     `opt_in` list does not name."""
-    all_experiments = config.get("experiments") or {}
-    chosen = list(config.get("opt_in") or [])
-    unknown = [name for name in chosen if not (all_experiments.get(name) or {}).get("opt_in")]
+    config = with_schema_defaults(config)
+    experiments = config["experiments"]
+    unknown = [name for name in config["opt_in"] if not (experiments.get(name) or {}).get("opt_in")]
     if unknown:
-        offered = sorted(name for name, exp in all_experiments.items() if (exp or {}).get("opt_in"))
+        offered = sorted(name for name, exp in experiments.items() if exp["opt_in"])
         raise ExperimentError(f"opt_in: {unknown[0]!r} is not an experiment marked opt_in: true; those are {offered}")
-    return [name for name, exp in all_experiments.items() if not (exp or {}).get("opt_in") or name in chosen]
+    return [name for name, exp in experiments.items() if not exp["opt_in"] or name in config["opt_in"]]
 
 
-def experiment_points(config: Mapping[str, Any], experiments: list[str] | None):
-    """(experiment, position, Run) for every combination of the named experiments (default: the
-    active ones), in order."""
-    all_experiments = config.get("experiments") or {}
-    names = active_experiments(config) if experiments is None else experiments
+def experiment_names(config: Mapping[str, Any], experiments: list[str] | None) -> list[str]:
+    """The named experiments (default: the active ones), each checked to exist (and a final stage to
+    follow a search)."""
+    names = active_experiments(config) if experiments is None else list(experiments)
     for name in names:
-        if name not in all_experiments:
-            raise ExperimentError(f"unknown experiment {name!r}; config.experiments defines {sorted(all_experiments)}")
-        exp = all_experiments[name]
+        if name not in config["experiments"]:
+            raise ExperimentError(
+                f"unknown experiment {name!r}; config.experiments defines {sorted(config['experiments'])}"
+            )
+        if "final" in config["experiments"][name] and "search" not in config["experiments"][name]:
+            raise ExperimentError(
+                f"experiments.{name}.final: a final stage trains a search's best point; "
+                f"experiments.{name} has no search"
+            )
+    return names
+
+
+def experiment_points(config: Mapping[str, Any], experiments: list[str]):
+    """(experiment, position, Run) for every combination of the named experiments, in order.
+    `config` has the schema's defaults (`with_schema_defaults`)."""
+    for name in experiments:
+        exp = config["experiments"][name]
         where = f"experiments.{name}"
-        if "final" in exp and "search" not in exp:
-            raise ExperimentError(f"{where}.final: a final stage trains a search's best point; {where} has no search")
         method_overrides = exp.get("method_overrides") or {}
         stray = sorted(set(method_overrides) - set(exp["methods"]))
         if stray:
             raise ExperimentError(f"{where}.method_overrides: {stray[0]!r} is not one of its methods {exp['methods']}")
-        for position, (method, dataset, point, seed) in enumerate(itertools.product(
-                exp["methods"], exp["datasets"], _sweep_points(exp.get("sweep") or {}), exp.get("seeds", [0]))):
-            partial = deep_merge(config.get("defaults") or {}, _section(config, "datasets", dataset, where))
+        for position, (method, dataset, point, seed) in enumerate(
+            itertools.product(exp["methods"], exp["datasets"], _sweep_points(exp.get("sweep") or {}), exp["seeds"])
+        ):
+            partial = deep_merge(config["defaults"], _section(config, "datasets", dataset, where))
             method_config = dict(_section(config, "methods", method, where))
             per_dataset = method_config.pop("per_dataset", None) or {}  # the method's values on one dataset
             partial = deep_merge(partial, method_config)
             partial = deep_merge(partial, per_dataset.get(dataset) or {})
             partial = deep_merge(partial, exp.get("overrides") or {})
-            partial = deep_merge(partial, method_overrides.get(method) or {})  # one method's settings in this experiment
+            partial = deep_merge(
+                partial, method_overrides.get(method) or {}
+            )  # one method's settings in this experiment
             for path, value in point.items():
                 partial = deep_merge(partial, dotted(path, value))
             partial = deep_merge(partial, {"seed": seed})
             try:
                 resolved = resolve_run_config(partial)
             except ValueError as error:
-                raise ExperimentError(f"{where} (method {method}, dataset {dataset}, seed {seed}, "
-                                      f"sweep {point}): {error}") from error
+                raise ExperimentError(
+                    f"{where} (method {method}, dataset {dataset}, seed {seed}, sweep {point}): {error}"
+                ) from error
             resolved = without_late_defaults(resolved)  # the train rule's params stay as they were
-            yield name, position, Run(run_id_for(method, dataset, resolved), method, dataset, seed, resolved,
-                                      {name: point})
+            yield (
+                name,
+                position,
+                Run(run_id_for(method, dataset, resolved), method, dataset, seed, resolved, {name: point}),
+            )
 
 
 def dataset_parameters(runs: Mapping[str, Run]) -> dict[str, dict[str, Any]]:
@@ -159,8 +185,10 @@ def dataset_parameters(runs: Mapping[str, Run]) -> dict[str, dict[str, Any]]:
     for run in runs.values():
         name, wanted = run.config["dataset"]["name"], canonical(run.config["dataset"]["params"])
         if params.setdefault(name, wanted) != wanted:
-            raise ExperimentError(f"dataset {name!r} is used with different dataset.params ({params[name]} and "
-                                  f"{wanted}, e.g. in run {run.run_id}); give each variant its own dataset name")
+            raise ExperimentError(
+                f"dataset {name!r} is used with different dataset.params ({params[name]} and "
+                f"{wanted}, e.g. in run {run.run_id}); give each variant its own dataset name"
+            )
     return params
 
 
@@ -186,8 +214,36 @@ def validate_workflow_config(config: dict[str, Any], schema: str | Path = SCHEMA
         where = re.search(r"^On instance(.*):$", text, re.MULTILINE)
         path = re.findall(r"\[(?:'([^']*)'|(\d+))\]", where.group(1)) if where else []
         key = ".".join(name or index for name, index in path) or "the config"
-        raise ExperimentError(f"{key}: {message.group(1) if message else text.splitlines()[0]}; "
-                              f"expected what {Path(schema).name} allows") from None
+        raise ExperimentError(
+            f"{key}: {message.group(1) if message else text.splitlines()[0]}; expected what {Path(schema).name} allows"
+        ) from None
+
+
+def with_schema_defaults(config: Mapping[str, Any], schema: str | Path = SCHEMA) -> dict[str, Any]:
+    """A copy of `config` with every default of the workflow's schema filled in, as snakemake's
+    `validate` fills them (the jsonschema FAQ's default-setting validator); the schema is the one place
+    of the workflow config's defaults. Filling checks nothing: `validate_workflow_config` does."""
+    config = copy.deepcopy(dict(config))
+    for _ in _default_filler(str(schema)).iter_errors(config):
+        pass  # each visited `properties` keyword fills its defaults; the errors are validate's to report
+    return config
+
+
+@functools.cache
+def _default_filler(schema: str):
+    from jsonschema import (  # deferred: only the callers that fill defaults
+        Draft202012Validator,
+        validators,
+    )
+
+    def fill(validator, properties, instance, subschema):
+        if isinstance(instance, dict):
+            for key, spec in properties.items():
+                if "default" in spec:
+                    instance.setdefault(key, copy.deepcopy(spec["default"]))
+        yield from Draft202012Validator.VALIDATORS["properties"](validator, properties, instance, subschema)
+
+    return validators.extend(Draft202012Validator, {"properties": fill})(read_yaml(schema, "workflow config schema"))
 
 
 def read_workflow_config(path: str | Path) -> dict[str, Any]:
@@ -200,8 +256,9 @@ def read_workflow_config(path: str | Path) -> dict[str, Any]:
     except ConfigError as error:
         raise ExperimentError(str(error).removeprefix(str(path)).lstrip(",: ")) from None  # main names the file
     if not isinstance(config, dict):
-        raise ExperimentError(f"a workflow config is a YAML mapping (datasets, methods, experiments, ...), "
-                              f"got {type(config).__name__}")
+        raise ExperimentError(
+            f"a workflow config is a YAML mapping (datasets, methods, experiments, ...), got {type(config).__name__}"
+        )
     return config
 
 

@@ -8,16 +8,28 @@ import yaml
 from dmlrepro.runs import ExperimentError, experiment_runs, resolve_runs
 
 BASE = {
-    "data_root": "data", "results": "results",
+    "data_root": "data",
+    "results": "results",
     "defaults": {"epochs": 1, "model": {"backbone": "tiny_cnn"}},
     "datasets": {"synthetic": {"dataset": {"name": "synthetic"}}, "digits": {"dataset": {"name": "digits"}}},
-    "methods": {"pfml": {"loss": {"name": "pfml", "hparams": {"alpha": 4.0}}},
-                "proxy_anchor": {"loss": {"name": "proxy_anchor"}}},
+    "methods": {
+        "pfml": {"loss": {"name": "pfml", "hparams": {"alpha": 4.0}}},
+        "proxy_anchor": {"loss": {"name": "proxy_anchor"}},
+    },
     "experiments": {
-        "table": {"methods": ["pfml", "proxy_anchor"], "datasets": ["synthetic", "digits"], "seeds": [0, 1],
-                  "metrics": ["recall@1"]},
-        "alpha": {"methods": ["pfml"], "datasets": ["synthetic"], "seeds": [0],
-                  "sweep": {"loss.hparams.alpha": [2.0, 4.0]}, "metrics": ["recall@1"]},
+        "table": {
+            "methods": ["pfml", "proxy_anchor"],
+            "datasets": ["synthetic", "digits"],
+            "seeds": [0, 1],
+            "metrics": ["recall@1"],
+        },
+        "alpha": {
+            "methods": ["pfml"],
+            "datasets": ["synthetic"],
+            "seeds": [0],
+            "sweep": {"loss.hparams.alpha": [2.0, 4.0]},
+            "metrics": ["recall@1"],
+        },
     },
 }
 
@@ -59,11 +71,14 @@ def test_run_id_is_readable_and_stable():
     assert list(runs) == list(resolve_runs(yaml.safe_load(yaml.safe_dump(BASE)), ["alpha"]))
 
 
-@pytest.mark.parametrize("edit,message", [
-    (lambda c: c["experiments"]["table"]["methods"].append("pfmll"), "unknown method 'pfmll'"),
-    (lambda c: c["experiments"]["table"]["datasets"].append("cub"), "unknown dataset 'cub'"),
-    (lambda c: c["experiments"]["alpha"].update(sweep={"optimizer.lr": [-1.0]}), "optimizer.lr"),
-])
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (lambda c: c["experiments"]["table"]["methods"].append("pfmll"), "unknown method 'pfmll'"),
+        (lambda c: c["experiments"]["table"]["datasets"].append("cub"), "unknown dataset 'cub'"),
+        (lambda c: c["experiments"]["alpha"].update(sweep={"optimizer.lr": [-1.0]}), "optimizer.lr"),
+    ],
+)
 def test_bad_experiments_name_the_key(edit, message):
     config = copy.deepcopy(BASE)
     edit(config)
@@ -85,23 +100,28 @@ def test_canonical_order_does_not_depend_on_the_config_file():
     from dmlrepro.nested import canonical
 
     assert repr(canonical({"b": 1, "a": {"d": [{"y": 1, "x": 2}], "c": 3}})) == repr(
-        canonical({"a": {"c": 3, "d": [{"x": 2, "y": 1}]}, "b": 1}))
+        canonical({"a": {"c": 3, "d": [{"x": 2, "y": 1}]}, "b": 1})
+    )
 
 
 def test_experiment_order_in_the_file_does_not_reorder_an_experiments_runs():
     flipped = copy.deepcopy(BASE)
     flipped["experiments"] = dict(reversed(list(BASE["experiments"].items())))
     for name in BASE["experiments"]:
-        assert [r.run_id for r in experiment_runs(resolve_runs(BASE), name)] == \
-               [r.run_id for r in experiment_runs(resolve_runs(flipped), name)]
+        assert [r.run_id for r in experiment_runs(resolve_runs(BASE), name)] == [
+            r.run_id for r in experiment_runs(resolve_runs(flipped), name)
+        ]
 
 
 def test_per_dataset_method_values_apply_on_their_dataset_only_and_before_overrides():
     config = copy.deepcopy(BASE)
     config["methods"]["pfml"]["per_dataset"] = {"digits": {"loss": {"hparams": {"alpha": 2.0}}}}
     runs = resolve_runs(config)
-    alphas = {(r.dataset, r.seed): r.config["loss"]["hparams"]["alpha"]
-              for r in experiment_runs(runs, "table") if r.method == "pfml"}
+    alphas = {
+        (r.dataset, r.seed): r.config["loss"]["hparams"]["alpha"]
+        for r in experiment_runs(runs, "table")
+        if r.method == "pfml"
+    }
     assert alphas == {("synthetic", 0): 4.0, ("synthetic", 1): 4.0, ("digits", 0): 2.0, ("digits", 1): 2.0}
     unchanged = {r.run_id for r in resolve_runs(BASE).values() if r.dataset == "synthetic"}
     assert unchanged <= set(runs)  # the synthetic runs keep their ids
@@ -137,27 +157,42 @@ def test_search_experiments_and_opt_in():
     from dmlrepro.tuning.searches import search_runs
 
     space = {"optimizer.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}}
-    base = {"defaults": {"validation": {"split": "holdout"}}, "datasets": {"digits": {"dataset": {"name": "digits"}}},
-            "methods": {"pa": {"loss": {"name": "proxy_anchor"}}},
-            "experiments": {"table": {"methods": ["pa"], "datasets": ["digits"], "metrics": []},
-                            "tune": {"methods": ["pa"], "datasets": ["digits"], "metrics": [],
-                                     "search": {"space": space, "trials": 3}},
-                            "costly": {"opt_in": True, "methods": ["pa"], "datasets": ["digits"], "metrics": [],
-                                       "overrides": {"epochs": 7}}}}
+    base = {
+        "defaults": {"validation": {"split": "holdout"}},
+        "datasets": {"digits": {"dataset": {"name": "digits"}}},
+        "methods": {"pa": {"loss": {"name": "proxy_anchor"}}},
+        "experiments": {
+            "table": {"methods": ["pa"], "datasets": ["digits"], "metrics": []},
+            "tune": {"methods": ["pa"], "datasets": ["digits"], "metrics": [], "search": {"space": space, "trials": 3}},
+            "costly": {
+                "opt_in": True,
+                "methods": ["pa"],
+                "datasets": ["digits"],
+                "metrics": [],
+                "overrides": {"epochs": 7},
+            },
+        },
+    }
     runs, searches = resolve_runs(base), search_runs(base)
     assert [r.experiments for r in runs.values()] == [{"table": {}}]
-    (search_id, search), = searches.items()
+    ((search_id, search),) = searches.items()
     (run_id,) = runs
     assert search_id.startswith(run_id + "-") and search.config == runs[run_id].config
-    other = search_runs({**base, "experiments": {"tune": {**base["experiments"]["tune"],
-                                                          "search": {"space": space, "trials": 4}}}})
-    assert list(other) != [search_id]                                   # another spec, another search
+    other = search_runs(
+        {**base, "experiments": {"tune": {**base["experiments"]["tune"], "search": {"space": space, "trials": 4}}}}
+    )
+    assert list(other) != [search_id]  # another spec, another search
     assert active_experiments(base) == ["table", "tune"]
     assert active_experiments({**base, "opt_in": ["costly"]}) == ["table", "tune", "costly"]
     assert len(resolve_runs({**base, "opt_in": ["costly"]})) == 2
     with pytest.raises(ExperimentError, match="opt_in: 'table'"):
         active_experiments({**base, "opt_in": ["table"]})
-    bad = {**base, "experiments": {"tune": {**base["experiments"]["tune"], "search": {"space": {"x": {"type": "nope"}}, "trials": 1}}}}
+    bad = {
+        **base,
+        "experiments": {
+            "tune": {**base["experiments"]["tune"], "search": {"space": {"x": {"type": "nope"}}, "trials": 1}}
+        },
+    }
     with pytest.raises(ExperimentError, match="search.space"):
         search_runs(bad)
 
@@ -167,8 +202,10 @@ def test_train_request_merges_dataset_over_default_over_the_built_ins():
     requests (60 min, 4000 MB, no GPU, 1 CPU); a search job runs trials × folds runs in one job."""
     from dmlrepro.job_requests import check_train_requests, slurm_signal, train_request
 
-    config = {"datasets": {"cub200": {}, "sop": {}},
-              "resources": {"train": {"default": {"runtime": 120, "gpu": 1}, "sop": {"runtime": 480, "mem_mb": 9000}}}}
+    config = {
+        "datasets": {"cub200": {}, "sop": {}},
+        "resources": {"train": {"default": {"runtime": 120, "gpu": 1}, "sop": {"runtime": 480, "mem_mb": 9000}}},
+    }
     assert train_request({"datasets": {}}, "cub200") == {"runtime": 60, "mem_mb": 4000, "gpu": 0, "cpus": 1}
     assert train_request(config, "cub200") == {"runtime": 120, "mem_mb": 4000, "gpu": 1, "cpus": 1}
     assert train_request(config, "sop") == {"runtime": 480, "mem_mb": 9000, "gpu": 1, "cpus": 1}

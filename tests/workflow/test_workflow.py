@@ -34,10 +34,21 @@ PERCENT = {"recall@1", "recall@2", "recall@1@gaussian_3"}
 def snakemake(workdir: Path, config: Path, *args: str, timeout: float = 600) -> str:
     """Snakemake with the Snakefile of the repository's copy (`repository`), its temporary files
     (the job server's folder) in `job_tmpdir`."""
-    command = [str(SNAKEMAKE), "-s", str(COPY["repo"] / "Snakefile"), "--directory", str(workdir),
-               "--configfile", str(config), "--cores", "2", *args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "TMPDIR": str(COPY["tmpdir"])})
+    command = [
+        str(SNAKEMAKE),
+        "-s",
+        str(COPY["repo"] / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(config),
+        "--cores",
+        "2",
+        *args,
+    ]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, env={**os.environ, "TMPDIR": str(COPY["tmpdir"])}
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout + done.stderr
 
@@ -49,8 +60,12 @@ COPY: dict[str, Path] = {}  # the module's copy of the repository and its TMPDIR
 def repository(tmp_path_factory):
     """A copy of the repository's files (tracked and untracked, not ignored; mtimes kept): the
     workflow runs from it, so a test may change its files' mtimes without touching the repository."""
-    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard", "-z"],
-                            capture_output=True, text=True, check=True).stdout.split("\0")
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard", "-z"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
     copy = tmp_path_factory.mktemp("repository")
     for name in filter(None, listed):
         if (REPO / name).is_file():
@@ -62,8 +77,11 @@ def repository(tmp_path_factory):
 
 def planned_jobs(output: str) -> dict[str, int]:
     """The 'Job stats' table of a dry run: rule -> count."""
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", output, re.MULTILINE)
-            if m.group(1) != "total"}
+    return {
+        m.group(1): int(m.group(2))
+        for m in re.finditer(r"^(\w+)\s+(\d+)$", output, re.MULTILINE)
+        if m.group(1) != "total"
+    }
 
 
 def planned_runs(output: str) -> set[str]:
@@ -88,8 +106,10 @@ def test_every_experiment_table_is_built(finished):
     assert {row["method"] for row in rows} == {"pfml", "proxy_anchor"}
     assert all(0.0 <= float(row["recall@1_mean"]) <= 1.0 for row in rows)
     with open(finished / "results/experiments/alpha.csv") as handle:
-        assert sorted(row["sweep"] for row in csv.DictReader(handle)) == ["loss.hparams.alpha=2.0",
-                                                                         "loss.hparams.alpha=4.0"]
+        assert sorted(row["sweep"] for row in csv.DictReader(handle)) == [
+            "loss.hparams.alpha=2.0",
+            "loss.hparams.alpha=4.0",
+        ]
     runs = sorted(p.name for p in (finished / "results/runs").iterdir())
     # 2 seeds each: alpha = 4 is the table's pfml run, alpha = 2, the noisy pfml run, proxy_anchor;
     # RSW: the base run (table, embedding, heatmap k1 = 0.5), heatmap k1 = 1.0, the per-epoch AvgDTP run
@@ -104,6 +124,7 @@ def test_every_experiment_table_is_built(finished):
 
 
 # -- the tables and the report against the runs -------------------------------------------------
+
 
 def _dotted(config: dict, path: str):
     for part in path.split("."):
@@ -151,8 +172,10 @@ def expected_cells(workdir: Path, config: dict) -> dict[str, dict]:
         for cell, members in groups.items():
             assert len({seed for seed, _ in members}) == len(members) >= 2, (name, cell, members)
             values = {m: [_measured(folder, m) for _, folder in members] for m in experiment["metrics"]}
-            cells[cell] = {"seeds": len(members),
-                           **{m: (statistics.fmean(v), statistics.stdev(v)) for m, v in values.items()}}
+            cells[cell] = {
+                "seeds": len(members),
+                **{m: (statistics.fmean(v), statistics.stdev(v)) for m, v in values.items()},
+            }
         out[name] = cells
     return out
 
@@ -225,16 +248,23 @@ def test_tables_and_report_show_the_runs_mean_and_sample_std(finished):
             assert row["seeds"] == str(want["seeds"]), (name, cell)
             for metric in metrics:
                 mean, std = want[metric]
-                assert (row[f"{metric}_mean"], row[f"{metric}_std"]) == (f"{mean:.6g}", f"{std:.6g}"), \
-                    (name, cell, metric, mean, std)
+                assert (row[f"{metric}_mean"], row[f"{metric}_std"]) == (f"{mean:.6g}", f"{std:.6g}"), (
+                    name,
+                    cell,
+                    metric,
+                    mean,
+                    std,
+                )
         # the report: the section's first table; header row 2 names the metric of each column
         table = parser.sections[name][0]
         header = [text.strip() for _, text in table[1][1]]
         assert header == metrics, (name, header)  # one dataset: one column per metric
         printed_names = (config["experiments"][name].get("report") or {}).get("methods") or {}
-        ours = {cells_[0][1].strip(): cells_[1:1 + len(metrics)] for cls, cells_ in table if cls == "ours"}
-        want_labels = {printed_names.get(method, method) + (f" ({sweep})" if sweep else ""): (method, dataset, sweep)
-                       for method, dataset, sweep in cells}
+        ours = {cells_[0][1].strip(): cells_[1 : 1 + len(metrics)] for cls, cells_ in table if cls == "ours"}
+        want_labels = {
+            printed_names.get(method, method) + (f" ({sweep})" if sweep else ""): (method, dataset, sweep)
+            for method, dataset, sweep in cells
+        }
         assert set(ours) == set(want_labels), (name, sorted(ours), sorted(want_labels))
         for label, cell in want_labels.items():
             for metric, (_, text) in zip(metrics, ours[label]):
@@ -251,7 +281,7 @@ def test_tables_and_report_show_the_runs_mean_and_sample_std(finished):
 def test_report_shows_every_experiment(finished):
     html = (finished / "results/report/index.html").read_text()
     for name, experiment in tiny_config()["experiments"].items():
-        assert (f'<section id="{name}">' in html) != bool(experiment.get("opt_in")), name   # opt-in: left out
+        assert (f'<section id="{name}">' in html) != bool(experiment.get("opt_in")), name  # opt-in: left out
     assert "Potential Field (Ours)" in html and "73.4" in html  # the paper's R@1 beside ours (Table 1, R50, CUB)
     assert "stand-in: synthetic" in html and "Provenance" in html
     images = re.findall(r'<img src="([^"]+)"', html)
@@ -265,8 +295,11 @@ def chromium():
     from dmlrepro.report.browser import find_chromium
 
     found = find_chromium()
-    require(None if found else "chromium is not on PATH (.ci/install-chromium installs it): "
-                               "the report's browser check cannot run")
+    require(
+        None
+        if found
+        else "chromium is not on PATH (.ci/install-chromium installs it): the report's browser check cannot run"
+    )
     return found
 
 
@@ -333,14 +366,19 @@ def test_new_file_times_of_a_fresh_clone_rerun_nothing(finished, repository):
     profiles/default drops Snakemake's script-mtime `code` trigger, so nothing reruns. (The mtimes
     change in the module's copy of the repository, which the workflow runs from.)"""
     later = time.time()  # newer than every output, not in the future (Snakemake refuses clock skew)
-    touched = [path for folder in ("workflow", "reports", "config/reported")
-               for path in (repository / folder).rglob("*") if path.is_file()] + [repository / "Snakefile"]
+    touched = [
+        path
+        for folder in ("workflow", "reports", "config/reported")
+        for path in (repository / folder).rglob("*")
+        if path.is_file()
+    ] + [repository / "Snakefile"]
     for path in touched:
         os.utime(path, (later, later))
     assert "Nothing to be done" in snakemake(finished, TINY, "-n")
 
 
 # -- a change replans exactly the runs it touches ---------------------------------------------------
+
 
 def _set(path: str, value):
     def change(config):
@@ -349,25 +387,39 @@ def _set(path: str, value):
         for part in parents:
             node = node.setdefault(part, {})
         node[last] = value
+
     return change
 
 
 # change, which runs it touches (a predicate on dmlrepro.runs.Run), searches replanned, other jobs
 CHANGES = {
     # one method's loss hyperparameter: its 2 runs (table and timing share them)
-    "method hyperparameter": (_set("methods.proxy_anchor.loss.hparams", {"margin": 0.2}),
-                              lambda run: run.method == "proxy_anchor", 2, 0,
-                              {"aggregate": 2, "report_section": 2, "report": 1, "all": 1}),
+    "method hyperparameter": (
+        _set("methods.proxy_anchor.loss.hparams", {"margin": 0.2}),
+        lambda run: run.method == "proxy_anchor",
+        2,
+        0,
+        {"aggregate": 2, "report_section": 2, "report": 1, "all": 1},
+    ),
     # a `defaults` key: every run that does not set it itself (RSW's method sets embedding_size: 2),
     # and the search, whose base run inherits it
-    "defaults key": (_set("defaults.model.embedding_size", 24), lambda run: run.method in ("pfml", "proxy_anchor"),
-                     8, 1, None),
+    "defaults key": (
+        _set("defaults.model.embedding_size", 24),
+        lambda run: run.method in ("pfml", "proxy_anchor"),
+        8,
+        1,
+        None,
+    ),
     # a dataset's run-config parameter (not a preparation parameter): every run on it, no new data
     "dataset parameter": (_set("datasets.synthetic.dataset.hflip", 0.0), lambda run: True, 14, 1, None),
     # one sweep point (alpha 2 -> 3; alpha = 4 is also the table's run): that point's 2 seeds only
-    "sweep point": (_set("experiments.alpha.sweep", {"loss.hparams.alpha": [3.0, 4.0]}),
-                    lambda run: run.experiments.get("alpha") == {"loss.hparams.alpha": 3.0}, 2, 0,
-                    {"aggregate": 1, "report_section": 1, "report": 1, "all": 1}),
+    "sweep point": (
+        _set("experiments.alpha.sweep", {"loss.hparams.alpha": [3.0, 4.0]}),
+        lambda run: run.experiments.get("alpha") == {"loss.hparams.alpha": 3.0},
+        2,
+        0,
+        {"aggregate": 1, "report_section": 1, "report": 1, "all": 1},
+    ),
 }
 
 
@@ -408,8 +460,10 @@ def test_final_stage_trains_each_searchs_best_point_in_one_call(finished, tmp_pa
         if search.name.startswith(("pfml-synthetic-tiny_cnn-s0", "proxy_anchor")) and (search / "best.json").is_file():
             best = json.loads((search / "best.json").read_text())["params"]
             method = search.name.split("-")[0]
-            assert set(best) == {"optimizer.lr", {"pfml": "loss.hparams.alpha",
-                                                  "proxy_anchor": "loss.hparams.margin"}[method]}
+            assert set(best) == {
+                "optimizer.lr",
+                {"pfml": "loss.hparams.alpha", "proxy_anchor": "loss.hparams.margin"}[method],
+            }
     configs = [yaml.safe_load((workdir / "results/runs" / run / "config.yaml").read_text()) for run in new]
     assert sorted(c["model"]["embedding_size"] for c in configs) == [16] * 8 + [32] * 4  # 4 Complete runs
     (epochs,) = {json.loads(p.read_text())["epochs"] for p in (workdir / "results/final/reality").glob("*/epochs.json")}
@@ -427,8 +481,9 @@ def test_final_stage_trains_each_searchs_best_point_in_one_call(finished, tmp_pa
 
 
 def test_lint_and_format():
-    lint = subprocess.run([str(SNAKEMAKE), "--lint", "-s", str(REPO / "Snakefile")], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    lint = subprocess.run(
+        [str(SNAKEMAKE), "--lint", "-s", str(REPO / "Snakefile")], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert lint.returncode == 0 and "Congratulations" in lint.stdout + lint.stderr, lint.stdout + lint.stderr
     snakefmt = shutil.which("snakefmt", path=str(SNAKEMAKE.parent))
     fmt = subprocess.run([snakefmt, "--check", "Snakefile", "workflow/rules"], cwd=REPO, capture_output=True, text=True)
@@ -440,7 +495,17 @@ def test_bad_config_is_rejected_before_any_job(tmp_path):
     config["experiments"]["table"]["seeds"] = [-1]
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(config))
-    command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--configfile", str(bad),
-               "--cores", "1", "-n"]
+    command = [
+        str(SNAKEMAKE),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(tmp_path),
+        "--configfile",
+        str(bad),
+        "--cores",
+        "1",
+        "-n",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and "seeds" in done.stdout + done.stderr

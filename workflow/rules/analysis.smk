@@ -3,10 +3,10 @@ rule aggregate:
         metrics=experiment_metrics,
         train_logs=experiment_logs,
     output:
-        table=f"{RESULTS}/experiments/{{experiment}}.csv",
-        seeds=f"{RESULTS}/experiments/seeds/{{experiment}}.csv",  # per-seed values (Claims)
+        table=LAYOUT.experiment_table("{experiment}"),
+        seeds=LAYOUT.experiment_seeds("{experiment}"),  # per-seed values (Claims)
     log:
-        f"{RESULTS}/logs/aggregate/{{experiment}}.log",
+        LAYOUT.log("aggregate", "{experiment}"),
     wildcard_constraints:
         experiment="[^/]+",  # seeds/<experiment>.csv is this rule's second output, not an experiment
     # as soon as an experiment's runs are done, between training jobs (docs/workflow.md#scheduling)
@@ -15,7 +15,7 @@ rule aggregate:
         "../../envs/dmlrepro-cpu.yaml"
     params:
         records=experiment_records,
-        metrics=lambda wildcards: config["experiments"][wildcards.experiment]["metrics"],
+        metrics=lambda wildcards: TABLE.experiment(wildcards.experiment)["metrics"],
         last_finite=experiment_last_finite,
         mlrc=experiment_mlrc,
     message:
@@ -33,16 +33,14 @@ rule report_section:
         reported=lambda wildcards: reported_table(wildcards.experiment),
         searches=experiment_search_trials,
     output:
-        section=directory(f"{RESULTS}/report/sections/{{experiment}}"),
+        section=directory(LAYOUT.report_section("{experiment}")),
     log:
-        f"{RESULTS}/logs/report_section/{{experiment}}.log",
+        LAYOUT.log("report_section", "{experiment}"),
     priority: 5  # as rule aggregate's
     conda:
         "../../envs/dmlrepro-cpu.yaml"
     params:
-        experiment=lambda wildcards: canonical(
-            config["experiments"][wildcards.experiment]
-        ),
+        experiment=lambda wildcards: canonical(TABLE.experiment(wildcards.experiment)),
         runs=section_runs,
         searches=section_searches,
         methods=experiment_methods,
@@ -66,16 +64,16 @@ rule report:
             else []
         ),
     output:
-        html=f"{RESULTS}/report/index.html",
-        claims=f"{RESULTS}/report/claims.json",  # the Claims section's verdicts and checks (docs/report.md#claimsjson)
+        html=LAYOUT.report("index.html"),
+        claims=LAYOUT.report("claims.json"),  # the Claims section's verdicts and checks (docs/report.md#claimsjson)
     log:
-        f"{RESULTS}/logs/report.log",
+        LAYOUT.log("report"),
     conda:
         "../../envs/dmlrepro-cpu.yaml"
     params:
         experiments=EXPERIMENTS,  # the sections' order
-        title=config.get("title", "dmlrepro report"),
-        claims_scale=(config.get("claims") or {}).get("scale"),
+        title=config["title"],
+        claims_scale=config["claims"]["scale"] if CLAIMS else None,
         reported_dir=REPORTED,
     message:
         "Rendering the HTML report"

@@ -1,22 +1,14 @@
-# Validates the config, reads the run table (dmlrepro.runs, dmlrepro.tuning), input functions;
-# no logic here.
+# Validates the config (the schema fills its defaults), asks the run table and the results layout
+# (dmlrepro.run_table) and wires them into input functions; no logic here.
 import json
 from pathlib import Path
 
 from snakemake.utils import validate
 
-from dmlrepro.data.manifest import MANIFEST_NAME
 from dmlrepro.nested import canonical, deep_merge
 from dmlrepro.job_requests import check_train_requests, slurm_signal, train_request
-from dmlrepro.runs import (
-    active_experiments,
-    dataset_parameters,
-    experiment_runs,
-    resolve_runs,
-)
+from dmlrepro.run_table import ResultsLayout, RunTable, reported_tables, run_record
 from dmlrepro.tuning.bayes import BEST_JSON, TRIALS_CSV
-from dmlrepro.tuning.final import FinalStage
-from dmlrepro.tuning.searches import method_search_spec, search_runs
 from dmlrepro import jobserver
 from dmlrepro.report.claims import check_claims, load_catalogue, read_catalogue
 from dmlrepro.report.sections import check_report
@@ -30,53 +22,43 @@ for name, experiment in config["experiments"].items():
     check_report(name, experiment)
 # the report's Claims section (config `claims`): the catalogue's cells at this config's scale
 CLAIMS = None
-if config.get("claims"):
+if "claims" in config:
     CLAIMS = f"{workflow.basedir}/{config['claims']['catalogue']}"
     validate(read_catalogue(CLAIMS), "../schemas/claims.schema.yaml")
     check_claims(load_catalogue(CLAIMS), config, config["claims"]["scale"])
 
 DATA = config["data_root"]
-RESULTS = config["results"]
-EXPERIMENTS = active_experiments(
-    config
-)  # without the opt-in experiments not chosen (config opt_in)
-RUNS = resolve_runs(config)
-SEARCHES = search_runs(
-    config
-)  # experiments with `search:` train inside their search (rule search)
-DATASET_PARAMS = dataset_parameters(
-    {**RUNS, **SEARCHES}
-)  # one preparation per dataset name
-# the final stages' runs join RUNS once their searches are known (dmlrepro.tuning.final)
-FINAL = FinalStage(config, RUNS, SEARCHES)
+LAYOUT = ResultsLayout(config["results"], DATA)  # where every output lives
+# runs, searches (experiments with `search:` train inside their search: rule search) and the final
+# stages' runs, which join once their searches are known
+TABLE = RunTable(config)
+# the experiments built: without the opt-in experiments not chosen (config opt_in)
+EXPERIMENTS = TABLE.experiments
 check_train_requests(config)
 
 
 def wildcard_run(wildcards):
     """The run of a train job (wildcard `run`)."""
-    return RUNS[wildcards.run]
+    return TABLE.runs[wildcards.run]
 
 
 def wildcard_search(wildcards):
     """The search of a search job (wildcard `search`)."""
-    return SEARCHES[wildcards.search]
+    return TABLE.searches[wildcards.search]
 
 
 def search_spec(wildcards):
-    """The `search:` block of the (first) experiment of a search, with the method's own space
-    (equal in every experiment by the search id's hash)."""
-    search = SEARCHES[wildcards.search]
-    spec = config["experiments"][next(iter(search.experiments))]["search"]
-    return canonical(method_search_spec(spec, search.method))
+    """The `search:` block a search job runs."""
+    return TABLE.search_spec(wildcards.search)
 
 
 def final_stage(experiment, wait=True):
-    """The final runs of a search experiment with `final:` (none for the others), added to RUNS
-    (dmlrepro.tuning.final.FinalStage) so that the train rule finds them.
+    """The final runs of a search experiment with `final:` (none for the others), added to the
+    table so that the train rule finds them.
     wait: through the checkpoints search and final_epochs (input functions: Snakemake schedules
     those first and asks again); else from what is on disk (at parse time, e.g. in a cluster
     job's own Snakemake, where the searches it depends on have finished)."""
-    return FINAL.experiment_runs(
+    return TABLE.final_runs(
         experiment,
         best=lambda search: checkpoint_json(
             "search", "best", wait, search=search.run_id
@@ -102,41 +84,34 @@ def checkpoint_json(rule, output, wait, **wildcards):
 def final_fold_logs(wildcards):
     """The train logs of a final stage's fold runs (rule final_epochs reads how long they trained)."""
     best = checkpoint_json("search", "best", True, search=wildcards.search)
-    runs = FINAL.fold_runs(wildcards.experiment, wildcards.search, best)
-    return [f"{RESULTS}/runs/{run_id}/{RunDir.TRAIN_LOG}" for run_id in runs]
+    runs = TABLE.fold_runs(wildcards.experiment, wildcards.search, best)
+    return [LAYOUT.run_file(run_id, RunDir.TRAIN_LOG) for run_id in runs]
 
 
 def table_runs(experiment):
     """The runs of an experiment's table: its runs, or its final stage's (through the checkpoints)."""
     final_stage(experiment)
-    return experiment_runs(RUNS, experiment)
+    return TABLE.experiment_runs(experiment)
 
 
 def trained_run(wildcards):
     """The run a train job trains, or the base run of a search job."""
-    return (
-        wildcard_search(wildcards)
-        if hasattr(wildcards, "search")
-        else wildcard_run(wildcards)
+    return TABLE.trained(
+        wildcards.search if hasattr(wildcards, "search") else wildcards.run
     )
-
-
-def trained_dataset(wildcards):
-    """The `dataset` section of the run a train or search job trains."""
-    return trained_run(wildcards).config["dataset"]
 
 
 def run_inputs(wildcards):
     """The prepared dataset, and the seeded noisy labels when the run asks for label noise."""
-    dataset = trained_dataset(wildcards)
-    inputs = {"manifest": f"{DATA}/{dataset['name']}/{MANIFEST_NAME}"}
+    dataset = trained_run(wildcards).config["dataset"]
+    inputs = {"manifest": LAYOUT.manifest(dataset["name"])}
     if dataset["label_noise"] is not None:
         inputs["label_noise"] = str(label_noise_path({**dataset, "root": DATA}))
     return inputs
 
 
 def dataset_params(wildcards):
-    return DATASET_PARAMS.get(wildcards.dataset, {})
+    return TABLE.dataset_params.get(wildcards.dataset, {})
 
 
 def experiment_run_files(name):
@@ -144,7 +119,7 @@ def experiment_run_files(name):
 
     def files(wildcards):
         return [
-            f"{RESULTS}/runs/{run.run_id}/{name}"
+            LAYOUT.run_file(run.run_id, name)
             for run in table_runs(wildcards.experiment)
         ]
 
@@ -158,37 +133,26 @@ experiment_logs = experiment_run_files(RunDir.TRAIN_LOG)
 def experiment_search_trials(wildcards):
     """The trials.csv of every search of the experiment (none for an experiment without `search:`)."""
     return [
-        f"{RESULTS}/search/{run.run_id}/{TRIALS_CSV}"
-        for run in experiment_runs(SEARCHES, wildcards.experiment)
+        LAYOUT.search_file(run.run_id, TRIALS_CSV)
+        for run in TABLE.experiment_searches(wildcards.experiment)
     ]
 
 
 def section_searches(wildcards):
     """The experiment's searches for the report: ids, method, dataset, seed, folder."""
     return [
-        run_record(run, dir=f"{RESULTS}/search/{run.run_id}")
-        for run in experiment_runs(SEARCHES, wildcards.experiment)
+        run_record(run, dir=LAYOUT.search_dir(run.run_id))
+        for run in TABLE.experiment_searches(wildcards.experiment)
     ]
-
-
-def run_record(run, **extra):
-    """What a script needs to know of a run: id, method, dataset, seed, then `extra`."""
-    return {
-        "run_id": run.run_id,
-        "method": run.method,
-        "dataset": run.dataset,
-        "seed": run.seed,
-        **extra,
-    }
 
 
 def experiment_manifests(wildcards):
     names = {
         run.config["dataset"]["name"]
         for run in table_runs(wildcards.experiment)
-        + experiment_runs(SEARCHES, wildcards.experiment)
+        + TABLE.experiment_searches(wildcards.experiment)
     }
-    return [f"{DATA}/{name}/{MANIFEST_NAME}" for name in sorted(names)]
+    return [LAYOUT.manifest(name) for name in sorted(names)]
 
 
 def section_runs(wildcards):
@@ -197,7 +161,7 @@ def section_runs(wildcards):
         run_record(
             run,
             config=canonical(deep_merge(run.config, {"dataset": {"root": DATA}})),
-            dir=f"{RESULTS}/runs/{run.run_id}",
+            dir=LAYOUT.run_dir(run.run_id),
             sweep=canonical(run.experiments[wildcards.experiment]),
         )
         for run in table_runs(wildcards.experiment)
@@ -208,8 +172,7 @@ def report_flag(key):
     """Input function: the experiment's boolean `report.<key>` (false when unset)."""
 
     def flag(wildcards):
-        spec = config["experiments"][wildcards.experiment].get("report") or {}
-        return bool(spec.get(key, False))
+        return bool(TABLE.experiment(wildcards.experiment).get("report", {}).get(key))
 
     return flag
 
@@ -227,7 +190,7 @@ def experiment_records(wildcards):
         run_record(
             run,
             sweep=run.experiments[wildcards.experiment],
-            **({"dir": f"{RESULTS}/runs/{run.run_id}"} if folder else {}),
+            **({"dir": LAYOUT.run_dir(run.run_id)} if folder else {}),
         )
         for run in table_runs(wildcards.experiment)
     ]
@@ -239,13 +202,7 @@ TEMPLATES = f"{workflow.basedir}/reports/templates"
 
 def reported_table(experiment):
     """The published table an experiment's report section compares with (none: no input)."""
-    name = (config["experiments"][experiment].get("report") or {}).get("reported")
-    if name and not Path(f"{REPORTED}/{name}.csv").is_file():
-        known = sorted(path.stem for path in Path(REPORTED).glob("*.csv"))
-        raise ValueError(
-            f"config experiments.{experiment}.report.reported = {name!r}: expected one of {known}"
-        )
-    return [f"{REPORTED}/{name}.csv"] if name else []
+    return reported_tables(TABLE.experiment(experiment), experiment, REPORTED)
 
 
 def experiment_methods(wildcards):
@@ -261,7 +218,7 @@ def train_resource(name):
 
     def resource(wildcards):
         run = trained_run(wildcards)
-        search = search_spec(wildcards) if run.run_id in SEARCHES else None
+        search = TABLE.search_spec(run.run_id) if run.run_id in TABLE.searches else None
         request = train_request(config, run.dataset, search)
         return (
             slurm_signal(request, run.dataset)

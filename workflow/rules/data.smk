@@ -1,8 +1,8 @@
 rule prepare_dataset:
     output:
-        manifest=f"{DATA}/{{dataset}}/manifest.csv",
+        manifest=LAYOUT.manifest("{dataset}"),
     log:
-        f"{RESULTS}/logs/prepare_dataset/{{dataset}}.log",
+        LAYOUT.log("prepare_dataset", "{dataset}"),
     conda:
         "../../envs/dmlrepro-cpu.yaml"
     params:
@@ -20,7 +20,7 @@ rule label_noise:
     output:
         labels=f"{DATA}/{{dataset}}/label_noise/rate{{rate}}_seed{{seed}}_{{mode}}.csv",
     log:
-        f"{RESULTS}/logs/label_noise/{{dataset}}_rate{{rate}}_seed{{seed}}_{{mode}}.log",
+        LAYOUT.log("label_noise", "{dataset}_rate{rate}_seed{seed}_{mode}"),
     conda:
         "../../envs/dmlrepro-cpu.yaml"
     message:

@@ -11,10 +11,10 @@ PREFLIGHT = preflight_resources(config, EXPERIMENTS)
 
 rule preflight:
     output:
-        json=f"{RESULTS}/{PREFLIGHT_JSON}",
-        table=f"{RESULTS}/{PREFLIGHT_TABLE}",
+        json=LAYOUT.results_file(PREFLIGHT_JSON),
+        table=LAYOUT.results_file(PREFLIGHT_TABLE),
     log:
-        f"{RESULTS}/logs/preflight.log",
+        LAYOUT.log("preflight"),
     conda:
         "../../envs/dmlrepro-gpu.yaml"
     threads: PREFLIGHT["cpus"]

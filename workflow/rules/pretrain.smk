@@ -4,15 +4,15 @@
 # file as input: run_weights; their run config gets its folder: with_folder, not part of the run id).
 from dmlrepro.standin_recipe import run_weights, with_folder, workflow_recipes
 
-STANDIN = f"{RESULTS}/standin"
-STANDIN_RECIPES = workflow_recipes({**RUNS, **SEARCHES})  # recipe hash -> recipe
+STANDIN = LAYOUT.standin_dir()
+STANDIN_RECIPES = workflow_recipes(TABLE.all_trained())  # recipe hash -> recipe
 
 
 rule pretrain_standin:
     output:
         weights=f"{STANDIN}/standin-{{standin}}.pt",
     log:
-        f"{RESULTS}/logs/pretrain_standin/{{standin}}.log",
+        LAYOUT.log("pretrain_standin", "{standin}"),
     # first when it is ready: every fine-tuning run waits for it (docs/workflow.md#scheduling)
     priority: 10
     conda:

@@ -3,10 +3,10 @@ rule train:
         unpack(run_inputs),
         standin=lambda wildcards: run_weights(trained_run(wildcards).config, STANDIN),  # workflow/rules/pretrain.smk
     output:
-        metrics=f"{RESULTS}/runs/{{run}}/{RunDir.METRICS}",
-        train_log=f"{RESULTS}/runs/{{run}}/{RunDir.TRAIN_LOG}",
+        metrics=LAYOUT.run_file("{run}", RunDir.METRICS),
+        train_log=LAYOUT.run_file("{run}", RunDir.TRAIN_LOG),
     log:
-        f"{RESULTS}/logs/train/{{run}}.log",
+        LAYOUT.log("train", "{run}"),
     conda:
         "../../envs/dmlrepro-gpu.yaml"
     threads: train_resource("cpus")  # sbatch --cpus-per-task; the run's CPU budget
@@ -32,10 +32,10 @@ checkpoint search:
         unpack(run_inputs),
         standin=lambda wildcards: run_weights(trained_run(wildcards).config, STANDIN),  # workflow/rules/pretrain.smk
     output:
-        trials=f"{RESULTS}/search/{{search}}/{TRIALS_CSV}",
-        best=f"{RESULTS}/search/{{search}}/{BEST_JSON}",
+        trials=LAYOUT.search_file("{search}", TRIALS_CSV),
+        best=LAYOUT.search_file("{search}", BEST_JSON),
     log:
-        f"{RESULTS}/logs/search/{{search}}.log",
+        LAYOUT.log("search", "{search}"),
     conda:
         "../../envs/dmlrepro-gpu.yaml"
     threads: train_resource("cpus")  # sbatch --cpus-per-task; the run's CPU budget
@@ -61,15 +61,15 @@ checkpoint final_epochs:
     input:
         train_logs=final_fold_logs,
     output:
-        epochs=f"{RESULTS}/final/{{experiment}}/{{search}}/epochs.json",
+        epochs=LAYOUT.final_epochs("{experiment}", "{search}"),
     log:
-        f"{RESULTS}/logs/final_epochs/{{experiment}}/{{search}}.log",
+        LAYOUT.log("final_epochs", "{experiment}/{search}"),
     conda:
         "../../envs/dmlrepro-cpu.yaml"
     params:
-        multiple=lambda wildcards: config["experiments"][wildcards.experiment][
-            "final"
-        ]["round_epochs"],
+        multiple=lambda wildcards: TABLE.experiment(wildcards.experiment)["final"][
+            "round_epochs"
+        ],
     message:
         "Epochs of the Complete runs of {wildcards.experiment} ({wildcards.search})"
     script:

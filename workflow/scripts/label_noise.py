@@ -5,5 +5,6 @@ from dmlrepro.steplog import log_to
 
 w = snakemake.wildcards
 with log_to(snakemake.log[0]):
-    write_noisy_labels(snakemake.input.manifest, snakemake.output.labels, seed=int(w.seed), rate=float(w.rate),
-                       mode=w.mode)
+    write_noisy_labels(
+        snakemake.input.manifest, snakemake.output.labels, seed=int(w.seed), rate=float(w.rate), mode=w.mode
+    )

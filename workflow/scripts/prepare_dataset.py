@@ -3,5 +3,12 @@ the job server when the workflow runs one: dmlrepro.jobserver)."""
 
 from dmlrepro.jobserver import run_job
 
-run_job("dmlrepro.data:prepare", snakemake.wildcards.dataset, snakemake.params.root, progress=False,
-        log=snakemake.log[0], threads=snakemake.threads, **snakemake.params.options)
+run_job(
+    "dmlrepro.data:prepare",
+    snakemake.wildcards.dataset,
+    snakemake.params.root,
+    progress=False,
+    log=snakemake.log[0],
+    threads=snakemake.threads,
+    **snakemake.params.options,
+)

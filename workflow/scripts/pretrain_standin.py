@@ -3,5 +3,10 @@ file (in a fork of the job server when the workflow runs one: dmlrepro.jobserver
 
 from dmlrepro.jobserver import run_job
 
-run_job("dmlrepro.models.standin:pretrain", snakemake.params.recipe, snakemake.output.weights,
-        log=snakemake.log[0], threads=snakemake.threads)
+run_job(
+    "dmlrepro.models.standin:pretrain",
+    snakemake.params.recipe,
+    snakemake.output.weights,
+    log=snakemake.log[0],
+    threads=snakemake.threads,
+)

@@ -4,9 +4,9 @@ and the Claims section from the catalogue and the experiments' per-seed tables (
 import json
 from pathlib import Path
 
+from dmlrepro.preflight.workflow import PREFLIGHT_JSON
 from dmlrepro.report import provenance, render_report
 from dmlrepro.report.claims import claims_section, load_catalogue, load_check_ranges, seed_tables, write_claims
-from dmlrepro.preflight.workflow import PREFLIGHT_JSON
 from dmlrepro.report.provenance import collect_section_runs
 from dmlrepro.steplog import log_to
 
@@ -17,12 +17,25 @@ with log_to(snakemake.log[0]):
     sections = [json.loads((Path(folder) / "section.json").read_text()) for folder in snakemake.input.sections]
     claims = None
     if snakemake.input.claims:
-        claims = claims_section(load_catalogue(snakemake.input.claims[0]), snakemake.params.claims_scale,
-                                seed_tables(snakemake.params.experiments, snakemake.input.seeds),
-                                snakemake.params.reported_dir, load_check_ranges(snakemake.input.claims[0]))
+        claims = claims_section(
+            load_catalogue(snakemake.input.claims[0]),
+            snakemake.params.claims_scale,
+            seed_tables(snakemake.params.experiments, snakemake.input.seeds),
+            snakemake.params.reported_dir,
+            load_check_ranges(snakemake.input.claims[0]),
+        )
     write_claims(claims, snakemake.output.claims)  # the verdicts the HTML renders, as data
-    render_report(sections, snakemake.input.sections,
-                  provenance(Path(snakemake.input.template).parents[2], runs, experiments,
-                             Path(snakemake.config["results"]) / PREFLIGHT_JSON),
-                  snakemake.output.html, Path(snakemake.input.template).parent, title=snakemake.params.title,
-                  claims=claims)
+    render_report(
+        sections,
+        snakemake.input.sections,
+        provenance(
+            Path(snakemake.input.template).parents[2],
+            runs,
+            experiments,
+            Path(snakemake.config["results"]) / PREFLIGHT_JSON,
+        ),
+        snakemake.output.html,
+        Path(snakemake.input.template).parent,
+        title=snakemake.params.title,
+        claims=claims,
+    )

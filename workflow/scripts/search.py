@@ -8,9 +8,19 @@ from dmlrepro.jobserver import run_job
 from dmlrepro.nested import deep_merge
 from dmlrepro.runs import job_runtime
 
-runtime = job_runtime(snakemake.params.data_root, snakemake.threads, snakemake.config.get("cache_images", False))
+runtime = job_runtime(snakemake.params.data_root, snakemake.threads, snakemake.config["cache_images"])
 spec = snakemake.params.search
-run_job("dmlrepro.tuning:run_search", deep_merge(snakemake.params.config, runtime), spec["space"],
-        Path(snakemake.output.trials).parent, trials=spec["trials"], folds=spec.get("folds"), seed=spec.get("seed", 0),
-        sampler=spec.get("sampler", "gp"), startup_trials=spec.get("startup_trials", 10), progress=False,
-        log=snakemake.log[0], threads=snakemake.threads)
+run_job(
+    "dmlrepro.tuning:run_search",
+    deep_merge(snakemake.params.config, runtime),
+    spec["space"],
+    Path(snakemake.output.trials).parent,
+    trials=spec["trials"],
+    folds=spec["folds"],
+    seed=spec["seed"],
+    sampler=spec["sampler"],
+    startup_trials=spec["startup_trials"],
+    progress=False,
+    log=snakemake.log[0],
+    threads=snakemake.threads,
+)

@@ -9,8 +9,14 @@ from dmlrepro.nested import deep_merge
 from dmlrepro.preflight.projection import job_budget_env
 from dmlrepro.runs import job_runtime
 
-runtime = job_runtime(snakemake.params.data_root, snakemake.threads, snakemake.config.get("cache_images", False))
+runtime = job_runtime(snakemake.params.data_root, snakemake.threads, snakemake.config["cache_images"])
 config = deep_merge(snakemake.params.config, runtime)
 os.environ.update(job_budget_env(snakemake.resources.runtime))  # the engine's time-budget check (docs/preflight.md)
-run_job("dmlrepro.train:train_run", config, Path(snakemake.output.metrics).parent, progress=False, log=snakemake.log[0],
-        threads=snakemake.threads)
+run_job(
+    "dmlrepro.train:train_run",
+    config,
+    Path(snakemake.output.metrics).parent,
+    progress=False,
+    log=snakemake.log[0],
+    threads=snakemake.threads,
+)

@@ -6,7 +6,9 @@ counts, the validation fold, patience. Everything else tells shapes apart: backb
 pooling / head preset, embedding size, image size and transforms, the loss and the structure of
 its hyperparameters (their keys and kinds, their strings and booleans: not their numbers),
 optimizer groups and name, AMP, the validation / ASAP / followup modes, the batch size, and the
-dataset's number of training classes by order of magnitude (CUB-200 and Cars-196 share shapes). One representative run per shape is built and stepped (dmlrepro.preflight.stepping).
+dataset's number of training classes by order of magnitude (CUB-200 and Cars-196 share shapes).
+One representative run per shape is built and stepped (dmlrepro.preflight.stepping); the runs are
+the run table's (dmlrepro.run_table.RunTable), a final stage's at the search space's example point.
 """
 
 from __future__ import annotations
@@ -19,21 +21,39 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dmlrepro.data.benchmarks import BENCHMARKS
-from dmlrepro.runs import ExperimentError, Run, active_experiments, resolve_runs
-from dmlrepro.search_space import parse_space
+from dmlrepro.run_table import RunTable
+from dmlrepro.runs import ExperimentError, Run, active_experiments
 from dmlrepro.train.config import RUNTIME_KEYS
-from dmlrepro.tuning.final import final_runs
-from dmlrepro.tuning.searches import method_search_spec, search_runs
 
 #: dotted paths whose value never selects code or a tensor shape (counts, indices, patience)
-VALUE_PATHS = frozenset({
-    "seed", "epochs", "steps_per_epoch", "checkpoint", "divergence", "validation.fold", "validation.n_folds",
-    "validation.patience", "schedule.step", "dataset.length_before_new_iter", "dataset.label_noise.seed",
-    "asap.b", "asap.projection_patience", "asap.max_alternations", "asap.save_val_embeddings",
-    # what the evaluation reports beside retrieval (each run's projection counts its cost)
-    "eval.ks", "eval.every", "eval.before_training", "eval.select", "eval.proxy_metrics",
-    "eval.proxy_metrics_per_epoch", "eval.w_power", "eval.corruptions",
-})
+VALUE_PATHS = frozenset(
+    {
+        "seed",
+        "epochs",
+        "steps_per_epoch",
+        "checkpoint",
+        "divergence",
+        "validation.fold",
+        "validation.n_folds",
+        "validation.patience",
+        "schedule.step",
+        "dataset.length_before_new_iter",
+        "dataset.label_noise.seed",
+        "asap.b",
+        "asap.projection_patience",
+        "asap.max_alternations",
+        "asap.save_val_embeddings",
+        # what the evaluation reports beside retrieval (each run's projection counts its cost)
+        "eval.ks",
+        "eval.every",
+        "eval.before_training",
+        "eval.select",
+        "eval.proxy_metrics",
+        "eval.proxy_metrics_per_epoch",
+        "eval.w_power",
+        "eval.corruptions",
+    }
+)
 #: dotted paths where only "set or not" selects code (a warm-up epoch, a followup phase, noisy labels)
 SWITCH_PATHS = frozenset({"warmup_epochs", "followup.epochs", "dataset.label_noise", "dataset.label_noise_file"})
 #: sections whose numbers are values (the loss's hyperparameters: their keys and kinds are the structure)
@@ -50,7 +70,7 @@ class Shape:
     name: str
     runs: list[Run] = field(default_factory=list)
     searches: set[str] = field(default_factory=set)  # run ids of the runs that are searches
-    finals: set[str] = field(default_factory=set)  # run ids of final-stage stand-ins (`final_stage_runs`)
+    finals: set[str] = field(default_factory=set)  # run ids of final-stage stand-ins (RunTable.example_final_runs)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -109,8 +129,15 @@ def shape_name(config: Mapping[str, Any], datasets: list[str] | None = None) -> 
     """A short readable label: datasets, backbone, head preset, embedding size, image size, batch,
     loss (+ the modes that set a shape apart)."""
     d, m = config["dataset"], config["model"]
-    parts = ["+".join(datasets or [d["name"]]), str(m["backbone"]), m.get("preset") or m.get("head") or "linear",
-             f"{m['embedding_size']}d", f"{d['image_size']}px", f"b{d['batch_size']}", config["loss"]["name"]]
+    parts = [
+        "+".join(datasets or [d["name"]]),
+        str(m["backbone"]),
+        m.get("preset") or m.get("head") or "linear",
+        f"{m['embedding_size']}d",
+        f"{d['image_size']}px",
+        f"b{d['batch_size']}",
+        config["loss"]["name"],
+    ]
     if config.get("asap", {}).get("enabled"):
         parts.append(f"asap-{config['asap'].get('proxies', 'trainable')}")
     if config.get("validation", {}).get("split"):
@@ -118,13 +145,14 @@ def shape_name(config: Mapping[str, Any], datasets: list[str] | None = None) -> 
     return "/".join(parts)
 
 
-def group_runs(config: Mapping[str, Any], experiments: list[str] | None = None
-               ) -> tuple[list[Shape], list[Unresolved], dict[str, list[str]]]:
+def group_runs(
+    config: Mapping[str, Any], experiments: list[str] | None = None
+) -> tuple[list[Shape], list[Unresolved], dict[str, list[str]]]:
     """(shapes, experiments that do not resolve, experiment -> its run ids) of the named
-    experiments (default: the active ones). Search experiments contribute their searches' base runs
-    (rule search trains them, dmlrepro.tuning.searches.search_runs) and their final stage's runs
-    (`final_stage_runs`). Each experiment is resolved on its own,
-    so one bad experiment fails alone."""
+    experiments (default: the active ones): each experiment's entries of the run table
+    (dmlrepro.run_table.RunTable: its runs, its searches' base runs, which rule search trains, and
+    stand-ins for its final stage). Each experiment is resolved on its own, so one bad experiment
+    fails alone."""
     names = active_experiments(config) if experiments is None else list(experiments)
     runs: dict[str, Run] = {}
     searches: set[str] = set()
@@ -133,17 +161,15 @@ def group_runs(config: Mapping[str, Any], experiments: list[str] | None = None
     members: dict[str, list[str]] = {}
     for name in names:
         try:
-            found = resolve_runs(config, [name])
-            # only a `search:` experiment has searches (search_runs would resolve every run again to find none)
-            searched = search_runs(config, [name]) if config["experiments"][name].get("search") is not None else {}
+            table = RunTable(config, [name])
+            final = table.example_final_runs(name)
         except (ExperimentError, ValueError, KeyError, TypeError) as error:
             unresolved.append(Unresolved(name, f"{type(error).__name__}: {error}"))
             continue
-        searches.update(searched)
-        final = final_stage_runs(config, name, searched)
+        searches.update(table.searches)
         finals.update(final)
-        members[name] = [*found, *searched, *final]
-        for run_id, run in {**found, **searched, **final}.items():
+        members[name] = [*table.runs, *table.searches, *final]
+        for run_id, run in {**table.runs, **table.searches, **final}.items():
             runs.setdefault(run_id, run).experiments.update(run.experiments)
     shapes: dict[str, Shape] = {}
     for run_id, run in runs.items():
@@ -158,25 +184,6 @@ def group_runs(config: Mapping[str, Any], experiments: list[str] | None = None
         shape.runs.sort(key=lambda run: -(train_classes(run.dataset) or 0))
     _unique_names(list(shapes.values()))
     return list(shapes.values()), unresolved, members
-
-
-def final_stage_runs(config: Mapping[str, Any], experiment: str, searches: Mapping[str, Run]) -> dict[str, Run]:
-    """Stand-ins for the final stage of a search experiment (`final:`, dmlrepro.tuning.final.final_runs):
-    the runs it trains after each search, at the search space's example point (the best point is
-    not known before the search) and, for the Complete runs, the base run's epochs. Their shapes and
-    counts are the final stage's; their ids are not the ids the workflow will give them."""
-    if not (config["experiments"][experiment].get("final") and searches):
-        return {}
-    runs: dict[str, Run] = {}
-    for search in searches.values():
-        spec = method_search_spec(config["experiments"][experiment]["search"], search.method)
-        point = {p.key: p.example() for p in parse_space(spec["space"])}
-        followup = search.config["followup"]
-        epochs = {"epochs": search.config["epochs"],
-                  "followup_epochs": followup["epochs"] or int(followup.get("trigger") == "plateau")}
-        for run_id, run in final_runs(config, experiment, search, point, epochs).items():
-            runs.setdefault(run_id, run)
-    return runs
 
 
 def _unique_names(shapes: list[Shape]) -> None:

@@ -71,7 +71,7 @@ class TrainState:
 
 class RunDir:
     """The files of one run folder. The names are class attributes too, for readers that spell a
-    path pattern rather than a folder (the workflow's rules: ``f"{RESULTS}/runs/{{run}}/{RunDir.METRICS}"``)."""
+    path pattern rather than a folder (the workflow's rules: ``LAYOUT.run_file("{run}", RunDir.METRICS)``)."""
 
     CONFIG = "config.yaml"
     METRICS = "metrics.json"
@@ -140,8 +140,10 @@ class RunDir:
 
     def saved_projections(self) -> list[Path]:
         """Every :meth:`projection_embeddings` file of the run, by projection."""
-        return sorted(self.val_embeddings.glob("projection-*_val.npz"),
-                      key=lambda p: int(p.stem.removeprefix("projection-").removesuffix("_val")))
+        return sorted(
+            self.val_embeddings.glob("projection-*_val.npz"),
+            key=lambda p: int(p.stem.removeprefix("projection-").removesuffix("_val")),
+        )
 
     def temporaries(self) -> list[Path]:
         """Temporaries of atomic writes (``.NAME.RANDOM.tmp``) a killed process may leave."""

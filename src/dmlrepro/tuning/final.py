@@ -5,12 +5,12 @@ best point trained again (:func:`final_runs`), how long the "Complete" runs trai
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from dmlrepro.nested import deep_merge, undotted
 from dmlrepro.runs import ExperimentError, Run, add_run, experiment_runs, run_id_for
 from dmlrepro.train.config import resolve_run_config, without_late_defaults
-
 
 
 def observed_epochs(train_logs: list[Any], multiple: int = 5) -> dict[str, Any]:
@@ -32,16 +32,24 @@ def observed_epochs(train_logs: list[Any], multiple: int = 5) -> dict[str, Any]:
         return max(multiple, multiple * math.ceil(sum(values) / len(values) / multiple))
 
     followup = up(followups) if any(followups) else 0
-    return {"epochs": max(up(totals), followup + multiple), "followup_epochs": followup,
-            "observed": {"epochs": totals, "followup_epochs": followups}}
+    return {
+        "epochs": max(up(totals), followup + multiple),
+        "followup_epochs": followup,
+        "observed": {"epochs": totals, "followup_epochs": followups},
+    }
 
 
 #: the sweep key that marks a "Complete" run of an experiment's `final:` stage (RSW App. D-B)
 COMPLETE_KEY = "complete"
 
 
-def final_runs(config: Mapping[str, Any], experiment: str, search: Run, best_params: Mapping[str, Any],
-               complete_epochs: Mapping[str, int] | None = None) -> dict[str, Run]:
+def final_runs(
+    config: Mapping[str, Any],
+    experiment: str,
+    search: Run,
+    best_params: Mapping[str, Any],
+    complete_epochs: Mapping[str, int] | None = None,
+) -> dict[str, Run]:
     """The final stage of a search experiment (`final:`; RSW App. D, the metric-learning reality
     check): the search's best point trained again, on its base run config, as
 
@@ -55,13 +63,17 @@ def final_runs(config: Mapping[str, Any], experiment: str, search: Run, best_par
       validation plateau (``trigger: plateau``): a Complete run has no validation split. When no fold
       run reached phase 2 (0 observed epochs, e.g. all stopped early), it has none, nor ``followup.loss``.
 
-    Each is an ordinary content-addressed run (its id hashes its resolved config)."""
+    Each is an ordinary content-addressed run (its id hashes its resolved config). `config` has the
+    schema's defaults (dmlrepro.runs.with_schema_defaults)."""
     exp = config["experiments"][experiment]
-    spec, folds = exp["final"], exp["search"].get("folds")
+    spec, folds = exp["final"], exp["search"]["folds"]
     point = search.experiments[experiment]
     tuned = deep_merge(search.config, undotted(best_params))
-    variants = [({**point, "validation.fold": fold}, {"validation": {"fold": fold}}) for fold in folds] if folds \
+    variants = (
+        [({**point, "validation.fold": fold}, {"validation": {"fold": fold}}) for fold in folds]
+        if folds
         else [(dict(point), {})]
+    )
     plateau = (tuned.get("followup") or {}).get("trigger") == "plateau"
     if spec.get("complete") is not None and complete_epochs is not None:
         epochs = {"epochs": complete_epochs["epochs"]}
@@ -72,18 +84,28 @@ def final_runs(config: Mapping[str, Any], experiment: str, search: Run, best_par
         variants.append(({**point, COMPLETE_KEY: True}, deep_merge(spec["complete"], epochs)))
     runs: dict[str, Run] = {}
     position = 0
-    for seed in spec.get("seeds", [0]):
+    for seed in spec["seeds"]:
         for sweep, override in variants:
             partial = deep_merge(deep_merge(tuned, override), {"seed": seed})
             if sweep.get(COMPLETE_KEY) and not partial.get("followup", {}).get("epochs", 0):
-                partial.setdefault("followup", {})["loss"] = {}  # no fold run reached phase 2: the Complete run has none
+                partial.setdefault("followup", {})[
+                    "loss"
+                ] = {}  # no fold run reached phase 2: the Complete run has none
             try:
                 resolved = without_late_defaults(resolve_run_config(partial))
             except ValueError as error:
-                raise ExperimentError(f"experiments.{experiment}.final (method {search.method}, dataset "
-                                      f"{search.dataset}, seed {seed}, {sweep}): {error}") from error
-            run = Run(run_id_for(search.method, search.dataset, resolved), search.method, search.dataset, seed,
-                      resolved, {experiment: sweep})
+                raise ExperimentError(
+                    f"experiments.{experiment}.final (method {search.method}, dataset "
+                    f"{search.dataset}, seed {seed}, {sweep}): {error}"
+                ) from error
+            run = Run(
+                run_id_for(search.method, search.dataset, resolved),
+                search.method,
+                search.dataset,
+                seed,
+                resolved,
+                {experiment: sweep},
+            )
             add_run(runs, experiment, search.position[experiment] * 10_000 + position, run)
             position += 1
     return runs
