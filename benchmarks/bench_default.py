@@ -31,7 +31,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-HOOK = '''import atexit, json, os, resource, sys, time
+HOOK = """import atexit, json, os, resource, sys, time
 _T0, _PID0 = time.time(), os.getpid()
 def _dump():
     if os.getpid() != _PID0:  # a fork of the job server: its job's process reports its CPU ("served")
@@ -47,13 +47,14 @@ def _dump():
     with open(os.environ["BENCH_DEFAULT_LOG"], "a") as f:
         f.write(json.dumps(rec) + "\\n")
 atexit.register(_dump)
-'''
+"""
 
 
 def copy_checkout(dest: Path) -> None:
     """The files a fresh clone (plus this checkout's uncommitted changes) holds, into dest."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
-                           capture_output=True).stdout
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True, capture_output=True
+    ).stdout
     subprocess.run(["tar", "--null", "-T", "-", "-cf", str(dest / "tree.tar")], cwd=REPO, input=files, check=True)
     (dest / "tree").mkdir()
     subprocess.run(["tar", "-xf", str(dest / "tree.tar"), "-C", str(dest / "tree")], check=True)
@@ -86,12 +87,14 @@ def summarise(log: Path, total: float | None = None) -> dict:
         row["wall_s"] += rec["wall"]
     if total is not None:
         kinds["unreported (teardown, shells, ILP solver)"]["cpu_s"] = total - sum(r["cpu_s"] for r in kinds.values())
-    return {"kinds": dict(sorted(kinds.items(), key=lambda kv: -kv[1]["cpu_s"])),
-            "cpu_s": sum(r["cpu_s"] for r in kinds.values())}
+    return {
+        "kinds": dict(sorted(kinds.items(), key=lambda kv: -kv[1]["cpu_s"])),
+        "cpu_s": sum(r["cpu_s"] for r in kinds.values()),
+    }
 
 
 def print_table(summary: dict, cores: int) -> None:
-    print(f"| kind | jobs | CPU s | CPU s / job |\n|---|---|---|---|")
+    print("| kind | jobs | CPU s | CPU s / job |\n|---|---|---|---|")
     for kind, row in summary["kinds"].items():
         per = f"{row['cpu_s'] / row['jobs']:.2f}" if row["jobs"] else ""
         print(f"| {kind} | {row['jobs'] or ''} | {row['cpu_s']:.1f} | {per} |")
@@ -105,14 +108,28 @@ def run(workdir: Path, cores: int, extra: list[str]) -> dict:
     (workdir / "hook").mkdir()
     (workdir / "hook" / "sitecustomize.py").write_text(HOOK)
     log = workdir / "rusage.jsonl"
-    env = {**os.environ, "BENCH_DEFAULT_LOG": str(log),
-           "PYTHONPATH": os.pathsep.join([str(workdir / "hook"), str(workdir / "tree" / "src"),  # the copy's code
-                                          *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = {
+        **os.environ,
+        "BENCH_DEFAULT_LOG": str(log),
+        "PYTHONPATH": os.pathsep.join(
+            [
+                str(workdir / "hook"),
+                str(workdir / "tree" / "src"),  # the copy's code
+                *filter(None, [os.environ.get("PYTHONPATH")]),
+            ]
+        ),
+    }
     snakemake = Path(sys.executable).with_name("snakemake")
     start = time.time()
     with open(workdir / "snakemake.log", "w") as out:
-        subprocess.run([str(snakemake), "--cores", str(cores), *extra], cwd=workdir / "tree", env=env,
-                       stdout=out, stderr=subprocess.STDOUT, check=True)
+        subprocess.run(
+            [str(snakemake), "--cores", str(cores), *extra],
+            cwd=workdir / "tree",
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=True,
+        )
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     summary = summarise(log, total=ru.ru_utime + ru.ru_stime)
     summary.update(wall_s=time.time() - start, cores=cores, snakemake_args=extra)

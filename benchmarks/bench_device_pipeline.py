@@ -35,7 +35,7 @@ def photographs(count: int, seed: int = 0) -> list[bytes]:
     for k in range(count):
         src = sources[k % len(sources)]
         top, left = rng.integers(0, 60), rng.integers(0, 120)
-        img = Image.fromarray(src[top:top + 360, left:left + 480]).resize((640, 480), Image.BICUBIC)
+        img = Image.fromarray(src[top : top + 360, left : left + 480]).resize((640, 480), Image.BICUBIC)
         if k % 2:
             img = img.transpose(Image.FLIP_LEFT_RIGHT)
         buffer = io.BytesIO()
@@ -69,8 +69,12 @@ def decode_cpu(data: bytes) -> torch.Tensor:
 def decoder_differences(files) -> dict[str, float]:
     """torchvision's CPU decoder (the data layer's) vs PIL's on the same JPEG files."""
     tv = torch.stack([decode_cpu(data) for data in files])
-    pil = torch.stack([torch.from_numpy(np.asarray(Image.open(io.BytesIO(data)).convert("RGB")).copy()).permute(2, 0, 1)
-                       for data in files])
+    pil = torch.stack(
+        [
+            torch.from_numpy(np.asarray(Image.open(io.BytesIO(data)).convert("RGB")).copy()).permute(2, 0, 1)
+            for data in files
+        ]
+    )
     return differences(tv, pil)
 
 
@@ -103,7 +107,9 @@ def main(argv=None):
     parser.add_argument("--images", type=int, default=200, help="JPEG files (default 200)")
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads for the CPU path (default 1: per core)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads for the CPU path (default 1: per core)"
+    )
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -111,15 +117,22 @@ def main(argv=None):
     encoded = [torch.frombuffer(bytearray(data), dtype=torch.uint8) for data in files]
     seeds = list(range(1000, 1000 + len(files)))
     train = dict(train=True, size=224)
-    result = {"device": args.device, "torch": torch.__version__, "images": len(files), "batch": args.batch,
-              "decoder_torchvision_vs_pil": decoder_differences(files[:50]),
-              "resize_uint8_vs_float": resize_kernel_differences(files[:50])}
+    result = {
+        "device": args.device,
+        "torch": torch.__version__,
+        "images": len(files),
+        "batch": args.batch,
+        "decoder_torchvision_vs_pil": decoder_differences(files[:50]),
+        "resize_uint8_vs_float": resize_kernel_differences(files[:50]),
+    }
     pipeline = DevicePipeline(**train, normalization="none", device=args.device)
     for name, kwargs, draw in (("train", train, seeds), ("eval", dict(train=False, size=224), [None] * len(files))):
         device_out = DevicePipeline(**kwargs, normalization="none", device=args.device)(encoded[:50], draw[:50])
-        result[f"device_vs_cpu_{name}"] = differences(device_out, cpu_path(files[:50], draw[:50], **kwargs, normalization="none"))
+        result[f"device_vs_cpu_{name}"] = differences(
+            device_out, cpu_path(files[:50], draw[:50], **kwargs, normalization="none")
+        )
     result["cpu_path_img_per_s"] = throughput(lambda: cpu_path(files, seeds, **train), len(files), args.repeats)
-    batches = [(encoded[s:s + args.batch], seeds[s:s + args.batch]) for s in range(0, len(files), args.batch)]
+    batches = [(encoded[s : s + args.batch], seeds[s : s + args.batch]) for s in range(0, len(files), args.batch)]
     result["device_path_img_per_s"] = throughput(lambda: [pipeline(e, s) for e, s in batches], len(files), args.repeats)
     print(json.dumps(result, indent=2))
     if args.json:

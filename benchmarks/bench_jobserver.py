@@ -34,9 +34,16 @@ print(jobserver.child_cpu_seconds)  # 0 in-process
 
 def run_config(data_root: Path, epochs: int) -> dict:
     """A digits run of a few seconds: tiny_cnn at 32 px, PFML, one torch thread."""
-    return {"dataset": {"name": "digits", "root": str(data_root), "image_size": 32, "resize": 32, "batch_size": 32},
-            "model": {"backbone": "tiny_cnn", "embedding_size": 16}, "loss": {"name": "pfml"},
-            "epochs": epochs, "steps_per_epoch": 8, "seed": 0, "threads": 1, "num_workers": 0}
+    return {
+        "dataset": {"name": "digits", "root": str(data_root), "image_size": 32, "resize": 32, "batch_size": 32},
+        "model": {"backbone": "tiny_cnn", "embedding_size": 16},
+        "loss": {"name": "pfml"},
+        "epochs": epochs,
+        "steps_per_epoch": 8,
+        "seed": 0,
+        "threads": 1,
+        "num_workers": 0,
+    }
 
 
 def one_job(config: dict, folder: Path, served: bool) -> dict:
@@ -44,8 +51,12 @@ def one_job(config: dict, folder: Path, served: bool) -> dict:
     if not served:
         env.pop(jobserver.JOBSERVER_ENV, None)
     start = time.perf_counter()
-    job = subprocess.Popen([sys.executable, "-c", JOB, json.dumps(config), str(folder), str(folder) + ".log"],
-                           env=env, stdout=subprocess.PIPE, text=True)
+    job = subprocess.Popen(
+        [sys.executable, "-c", JOB, json.dumps(config), str(folder), str(folder) + ".log"],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     served_cpu = float(job.stdout.read().strip().splitlines()[-1])
     _, status, usage = os.wait4(job.pid, 0)  # the job process (teardown included) and its children
     job.returncode = os.waitstatus_to_exitcode(status)
@@ -74,12 +85,14 @@ def main() -> None:
         jobserver.stop(server)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)  # the jobs, the server and its forks
     jobs_cpu = sum(r["cpu_s"] for runs in rows.values() for r in runs)  # served forks included
-    summary = {way: {key: statistics.median(r[key] for r in runs) for key in ("wall_s", "cpu_s")}
-               for way, runs in rows.items()}
+    summary = {
+        way: {key: statistics.median(r[key] for r in runs) for key in ("wall_s", "cpu_s")} for way, runs in rows.items()
+    }
     summary["server_cpu_s"] = children.ru_utime + children.ru_stime - jobs_cpu  # its imports, paid once
 
-    summary["ratio_served_over_in_process"] = {key: summary["served"][key] / summary["in_process"][key]
-                                               for key in ("wall_s", "cpu_s")}
+    summary["ratio_served_over_in_process"] = {
+        key: summary["served"][key] / summary["in_process"][key] for key in ("wall_s", "cpu_s")
+    }
     summary["jobs_each_way"] = args.jobs
     print(json.dumps(summary, indent=1))
     if args.out:

@@ -61,7 +61,10 @@ def batches(num_classes, batch_size, dim, steps, seed):
     for _ in range(steps):
         labels = torch.randint(0, num_classes, (batch_size,), generator=g)
         centres = torch.nn.functional.normalize(torch.randn(batch_size, dim, generator=g), dim=1)
-        yield torch.nn.functional.normalize(centres + 0.5 * torch.randn(batch_size, dim, generator=g) / dim**0.5, dim=1), labels
+        yield (
+            torch.nn.functional.normalize(centres + 0.5 * torch.randn(batch_size, dim, generator=g) / dim**0.5, dim=1),
+            labels,
+        )
 
 
 class Method:
@@ -71,8 +74,17 @@ class Method:
         self.name, self.scale, self.args = name, scale, args
         self.times, self.rows, self.pairs, self.peak_mb = [], [], [], 0.0
         torch.manual_seed(0)
-        kwargs = {"proxies_per_class": scale["proxies_per_class"], "delta": args.delta, "alpha": args.alpha,
-                  "pair_search": args.pair_search, "skin": args.skin} if name == "pfml" else {}
+        kwargs = (
+            {
+                "proxies_per_class": scale["proxies_per_class"],
+                "delta": args.delta,
+                "alpha": args.alpha,
+                "pair_search": args.pair_search,
+                "skin": args.skin,
+            }
+            if name == "pfml"
+            else {}
+        )
         self._measured(lambda: self._build(kwargs))
 
     def _build(self, kwargs):
@@ -107,12 +119,22 @@ class Method:
 
     def result(self):
         times = self.times
-        result = {"method": self.name, "median_ms": 1e3 * statistics.median(times), "mean_ms": 1e3 * statistics.fmean(times),
-                  "first_step_ms": 1e3 * self.first, "peak_added_mb": self.peak_mb, "step_ms": [1e3 * t for t in times]}
+        result = {
+            "method": self.name,
+            "median_ms": 1e3 * statistics.median(times),
+            "mean_ms": 1e3 * statistics.fmean(times),
+            "first_step_ms": 1e3 * self.first,
+            "peak_added_mb": self.peak_mb,
+            "step_ms": [1e3 * t for t in times],
+        }
         if self.rows:
-            result.update(rows_refreshed=self.rows, rows_refreshed_mean=statistics.fmean(self.rows),
-                          rows_refreshed_max=max(self.rows), proxies=self.scale["num_classes"] * self.scale["proxies_per_class"],
-                          pairs_mean=statistics.fmean(self.pairs))
+            result.update(
+                rows_refreshed=self.rows,
+                rows_refreshed_mean=statistics.fmean(self.rows),
+                rows_refreshed_max=max(self.rows),
+                proxies=self.scale["num_classes"] * self.scale["proxies_per_class"],
+                pairs_mean=statistics.fmean(self.pairs),
+            )
         return result
 
 
@@ -143,10 +165,12 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, D {args.dim}, "
-          f"Adam lr {args.lr} wd {args.weight_decay}, {args.steps} timed steps after {args.warmup}; "
-          f"CPU capability {torch.backends.cpu.get_cpu_capability()}, native bfloat16 {cpu_has_native_bfloat16()}: "
-          f"PFML searches in {search_dtype_on(torch.device('cpu'))}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, D {args.dim}, "
+        f"Adam lr {args.lr} wd {args.weight_decay}, {args.steps} timed steps after {args.warmup}; "
+        f"CPU capability {torch.backends.cpu.get_cpu_capability()}, native bfloat16 {cpu_has_native_bfloat16()}: "
+        f"PFML searches in {search_dtype_on(torch.device('cpu'))}"
+    )
     results = []
     for scale_name in args.scales:
         scale = SCALES[scale_name]
@@ -160,10 +184,15 @@ def main(argv=None):
         print("| method | median ms/step | mean ms/step | first step ms | peak added MB |")
         print("|---|---|---|---|---|")
         for r in (anchor, pfml):
-            print(f"| {r['method']} | {r['median_ms']:.1f} | {r['mean_ms']:.1f} | {r['first_step_ms']:.0f} | {r['peak_added_mb']:.0f} |")
-        print(f"PFML / ProxyAnchor: {pfml['ratio_median']:.2f}x (median), {pfml['ratio_mean']:.2f}x (mean); "
-              f"neighbour-list rows searched per step: mean {pfml['rows_refreshed_mean']:.0f}, "
-              f"max {pfml['rows_refreshed_max']} of {pfml['proxies']}; pairs held: mean {pfml['pairs_mean']:.0f}")
+            print(
+                f"| {r['method']} | {r['median_ms']:.1f} | {r['mean_ms']:.1f} | {r['first_step_ms']:.0f} "
+                f"| {r['peak_added_mb']:.0f} |"
+            )
+        print(
+            f"PFML / ProxyAnchor: {pfml['ratio_median']:.2f}x (median), {pfml['ratio_mean']:.2f}x (mean); "
+            f"neighbour-list rows searched per step: mean {pfml['rows_refreshed_mean']:.0f}, "
+            f"max {pfml['rows_refreshed_max']} of {pfml['proxies']}; pairs held: mean {pfml['pairs_mean']:.0f}"
+        )
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)

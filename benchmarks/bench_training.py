@@ -53,8 +53,8 @@ import yaml
 from dmlrepro.data.manifest import MANIFEST_NAME, write_manifest
 from dmlrepro.nested import deep_merge
 from dmlrepro.train import resolve_device, resolve_run_config
-from dmlrepro.train.run_data import SeededDataset, loader_generator, worker_init
 from dmlrepro.train.engine import Trainer
+from dmlrepro.train.run_data import SeededDataset, loader_generator, worker_init
 from dmlrepro.train.run_evaluation import compute_embeddings
 from dmlrepro.train.runtime import available_cpus, resolve_runtime, run_device
 from dmlrepro.train.seeding import DeterminismGuard
@@ -88,8 +88,12 @@ def make_dataset(root: Path, images: int, width: int, height: int, workers: int)
     if (ds / MANIFEST_NAME).is_file():
         return ds / MANIFEST_NAME
     (ds / "car_ims").mkdir(parents=True, exist_ok=True)
-    labels = [i * TRAIN_CLASSES // images for i in range(images)] + [TRAIN_CLASSES, TRAIN_CLASSES, TRAIN_CLASSES + 1,
-                                                                      TRAIN_CLASSES + 1]
+    labels = [i * TRAIN_CLASSES // images for i in range(images)] + [
+        TRAIN_CLASSES,
+        TRAIN_CLASSES,
+        TRAIN_CLASSES + 1,
+        TRAIN_CLASSES + 1,
+    ]
     splits = ["train"] * images + ["test"] * 4
     paths = [f"car_ims/{i + 1:06d}.jpg" for i in range(len(labels))]
     jobs = [(str(ds / p), i, width, height) for i, p in enumerate(paths)]
@@ -113,16 +117,26 @@ def run_config(args, method: str, proxies_per_class: int | None, root: Path) -> 
     partial = deep_merge(paper["defaults"], paper["datasets"][DATASET])
     partial = deep_merge(partial, paper["methods"][method])
     resize = max(args.image_size, round(args.image_size * 256 / 224))
-    partial = deep_merge(partial, {
-        "dataset": {"root": str(root), "prepare": False, "image_size": args.image_size, "resize": resize,
-                    "batch_size": args.batch_size, "sampler": args.sampler, "m": args.m},
-        "model": {"backbone": args.backbone, "pretrained": False},
-        "warmup_epochs": 0,  # the paper's 1-epoch frozen trunk would not measure training
-        "eval": {"proxy_metrics": []},
-        "device": args.device,
-        "num_workers": args.workers,
-        "deterministic": args.deterministic,
-    })
+    partial = deep_merge(
+        partial,
+        {
+            "dataset": {
+                "root": str(root),
+                "prepare": False,
+                "image_size": args.image_size,
+                "resize": resize,
+                "batch_size": args.batch_size,
+                "sampler": args.sampler,
+                "m": args.m,
+            },
+            "model": {"backbone": args.backbone, "pretrained": False},
+            "warmup_epochs": 0,  # the paper's 1-epoch frozen trunk would not measure training
+            "eval": {"proxy_metrics": []},
+            "device": args.device,
+            "num_workers": args.workers,
+            "deterministic": args.deterministic,
+        },
+    )
     if args.cache_images:
         partial = deep_merge(partial, {"dataset": {"cache_images": True}})
     if args.amp is not None:
@@ -246,11 +260,21 @@ def bench_throughput(args, root: Path, tmp: Path, source: str) -> dict:
         loss_name = cfg["loss"]["name"]
         mpc = cfg["loss"]["hparams"].get("proxies_per_class")
         release(trainer)
-    return {"case": f"pipeline_{source}", "measure": "throughput", "loss": loss_name, "proxies_per_class": mpc,
-            "data": "DataLoader(ManifestDataset JPEGs, transforms, sampler, workers)" if source == "real"
-            else "one in-memory batch on the device",
-            "steps": args.steps, "images_per_s": images / seconds, "step_ms": 1e3 * seconds / args.steps,
-            "peak_mem_mib": mem.mib, "peak_mem_kind": mem.kind, "non_finite_steps": len(bad)}
+    return {
+        "case": f"pipeline_{source}",
+        "measure": "throughput",
+        "loss": loss_name,
+        "proxies_per_class": mpc,
+        "data": "DataLoader(ManifestDataset JPEGs, transforms, sampler, workers)"
+        if source == "real"
+        else "one in-memory batch on the device",
+        "steps": args.steps,
+        "images_per_s": images / seconds,
+        "step_ms": 1e3 * seconds / args.steps,
+        "peak_mem_mib": mem.mib,
+        "peak_mem_kind": mem.kind,
+        "non_finite_steps": len(bad),
+    }
 
 
 def bench_epoch(args, root: Path, tmp: Path, method: str, m: int | None) -> dict:
@@ -275,11 +299,20 @@ def bench_epoch(args, root: Path, tmp: Path, method: str, m: int | None) -> dict
         seconds = time.perf_counter() - t0
         del loader
         release(trainer)
-    return {"case": name, "measure": "epoch", "loss": cfg["loss"]["name"],
-            "proxies_per_class": cfg["loss"]["hparams"].get("proxies_per_class"),
-            "train_images": images, "steps": steps, "epoch_s": seconds, "images_per_s": images / seconds,
-            "step_ms": 1e3 * seconds / steps, "peak_mem_mib": mem.mib, "peak_mem_kind": mem.kind,
-            "non_finite_steps": len(bad)}
+    return {
+        "case": name,
+        "measure": "epoch",
+        "loss": cfg["loss"]["name"],
+        "proxies_per_class": cfg["loss"]["hparams"].get("proxies_per_class"),
+        "train_images": images,
+        "steps": steps,
+        "epoch_s": seconds,
+        "images_per_s": images / seconds,
+        "step_ms": 1e3 * seconds / steps,
+        "peak_mem_mib": mem.mib,
+        "peak_mem_kind": mem.kind,
+        "non_finite_steps": len(bad),
+    }
 
 
 def rebuilt_loader(trainer: Trainer, epoch: int) -> torch.utils.data.DataLoader:
@@ -287,9 +320,13 @@ def rebuilt_loader(trainer: Trainer, epoch: int) -> torch.utils.data.DataLoader:
     trainer.sampler.set_epoch(epoch)
     nw = trainer.cfg["num_workers"]
     return torch.utils.data.DataLoader(
-        SeededDataset(trainer.train_ds), batch_sampler=trainer.sampler, num_workers=nw,
-        worker_init_fn=worker_init if nw else None, generator=loader_generator(trainer.cfg["seed"], epoch, 1),
-        pin_memory=trainer.device.type == "cuda")
+        SeededDataset(trainer.train_ds),
+        batch_sampler=trainer.sampler,
+        num_workers=nw,
+        worker_init_fn=worker_init if nw else None,
+        generator=loader_generator(trainer.cfg["seed"], epoch, 1),
+        pin_memory=trainer.device.type == "cuda",
+    )
 
 
 def bench_loader(args, root: Path, tmp: Path, mode: str) -> dict:
@@ -317,25 +354,44 @@ def bench_loader(args, root: Path, tmp: Path, mode: str) -> dict:
             if mode == "persistent":
                 trainer.embedder.embed(eval_ds)
             else:
-                compute_embeddings(trainer.model, eval_ds, batch_size=cfg["dataset"]["eval_batch_size"],
-                                   device=device, num_workers=cfg["num_workers"])
+                compute_embeddings(
+                    trainer.model,
+                    eval_ds,
+                    batch_size=cfg["dataset"]["eval_batch_size"],
+                    device=device,
+                    num_workers=cfg["num_workers"],
+                )
             sync(device)
             times.append(time.perf_counter() - t0)
             del loader
         release(trainer)
     seconds = float(np.median(times))
-    return {"case": name, "measure": "epoch", "loss": cfg["loss"]["name"], "proxies_per_class": None,
-            "loaders": "built every epoch and evaluation" if mode == "rebuilt" else "built once per run (persistent)",
-            "epochs": args.loader_epochs, "epoch_times_s": times, "train_images": images // args.loader_epochs,
-            "eval_images": len(eval_ds), "steps": steps // args.loader_epochs, "epoch_s": seconds,
-            "images_per_s": images / sum(times), "step_ms": 1e3 * sum(times) / steps, "peak_mem_mib": mem.mib,
-            "peak_mem_kind": mem.kind, "non_finite_steps": len(bad)}
+    return {
+        "case": name,
+        "measure": "epoch",
+        "loss": cfg["loss"]["name"],
+        "proxies_per_class": None,
+        "loaders": "built every epoch and evaluation" if mode == "rebuilt" else "built once per run (persistent)",
+        "epochs": args.loader_epochs,
+        "epoch_times_s": times,
+        "train_images": images // args.loader_epochs,
+        "eval_images": len(eval_ds),
+        "steps": steps // args.loader_epochs,
+        "epoch_s": seconds,
+        "images_per_s": images / sum(times),
+        "step_ms": 1e3 * sum(times) / steps,
+        "peak_mem_mib": mem.mib,
+        "peak_mem_kind": mem.kind,
+        "non_finite_steps": len(bad),
+    }
 
 
 # -- output ----------------------------------------------------------------------------------
 def table(cases: list[dict]) -> str:
-    lines = ["| case | anchor | loss (M) | steps | images/s | epoch s | ratio to anchor | target | peak mem MiB |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| case | anchor | loss (M) | steps | images/s | epoch s | ratio to anchor | target | peak mem MiB |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for c in cases:
         loss = c["loss"] + (f" (M={c['proxies_per_class']})" if c.get("proxies_per_class") else "")
         ratio = f"{c['ratio_to_anchor']:.3f}" if "ratio_to_anchor" in c else "—"
@@ -343,8 +399,10 @@ def table(cases: list[dict]) -> str:
         if "meets_target" in c:
             target += " ✓" if c["meets_target"] else " ✗"
         epoch = f"{c['epoch_s']:.2f}" if "epoch_s" in c else "—"
-        lines.append(f"| {c['case']} | {c['anchor'] or '(anchor)'} | {loss} | {c['steps']} | {c['images_per_s']:.1f} | "
-                     f"{epoch} | {ratio} | {target} | {c['peak_mem_mib']:.0f} |")
+        lines.append(
+            f"| {c['case']} | {c['anchor'] or '(anchor)'} | {loss} | {c['steps']} | {c['images_per_s']:.1f} | "
+            f"{epoch} | {ratio} | {target} | {c['peak_mem_mib']:.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -360,24 +418,51 @@ def parse_args(argv):
     p.add_argument("--batch-size", type=int, default=100, help="default 100 (paper, ResNet-50)")
     p.add_argument("--steps", type=int, default=50, help="timed steps of the throughput cases (default 50)")
     p.add_argument("--warmup-steps", type=int, default=5, help="untimed steps before each case (default 5)")
-    p.add_argument("--workers", type=_workers, default=min(8, os.cpu_count() or 1),
-                   help="DataLoader workers, or 'auto' as the engine resolves num_workers: auto (the CPUs "
-                        "this process may use less one; docs/training.md) (default min(8, CPUs))")
-    p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
-                   help="AMP (bfloat16); default: the engine's auto = on with CUDA")
-    p.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=True,
-                   help="deterministic algorithms, as the engine's default (default on)")
+    p.add_argument(
+        "--workers",
+        type=_workers,
+        default=min(8, os.cpu_count() or 1),
+        help="DataLoader workers, or 'auto' as the engine resolves num_workers: auto (the CPUs "
+        "this process may use less one; docs/training.md) (default min(8, CPUs))",
+    )
+    p.add_argument(
+        "--amp",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="AMP (bfloat16); default: the engine's auto = on with CUDA",
+    )
+    p.add_argument(
+        "--deterministic",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="deterministic algorithms, as the engine's default (default on)",
+    )
     p.add_argument("--images", type=int, default=CARS_TRAIN_IMAGES, help="training images (Cars-196: 8054)")
-    p.add_argument("--jpeg-size", type=int, nargs=2, default=[640, 480], metavar=("W", "H"),
-                   help="size of the generated JPEGs (default 640 480, about Cars' photos)")
+    p.add_argument(
+        "--jpeg-size",
+        type=int,
+        nargs=2,
+        default=[640, 480],
+        metavar=("W", "H"),
+        help="size of the generated JPEGs (default 640 480, about Cars' photos)",
+    )
     p.add_argument("--sampler", default="m_per_class", choices=["m_per_class", "random"])
     p.add_argument("--m", type=int, default=4, help="images per class of the m-per-class sampler (default 4)")
-    p.add_argument("--pipeline-loss", default="pfml", help="paper.yaml method of the throughput cases (default pfml, M=15)")
+    p.add_argument(
+        "--pipeline-loss", default="pfml", help="paper.yaml method of the throughput cases (default pfml, M=15)"
+    )
     p.add_argument("--m-values", type=int, nargs="+", default=[5, 20, 30], help="PFML M of the epoch cases")
-    p.add_argument("--cases", nargs="+", default=["pipeline", "epoch", "loader"], choices=["pipeline", "epoch", "loader"])
-    p.add_argument("--cache-images", action="store_true",
-                   help="dataset.cache_images: true (decoded images kept; shared by the engine's workers)")
-    p.add_argument("--loader-epochs", type=int, default=3, help="epochs of the loader cases (default 3; median reported)")
+    p.add_argument(
+        "--cases", nargs="+", default=["pipeline", "epoch", "loader"], choices=["pipeline", "epoch", "loader"]
+    )
+    p.add_argument(
+        "--cache-images",
+        action="store_true",
+        help="dataset.cache_images: true (decoded images kept; shared by the engine's workers)",
+    )
+    p.add_argument(
+        "--loader-epochs", type=int, default=3, help="epochs of the loader cases (default 3; median reported)"
+    )
     p.add_argument("--data-root", help="keep the generated dataset here (reused when its manifest exists)")
     p.add_argument("--out", help="write the results as JSON to this file")
     args = p.parse_args(argv)
@@ -395,15 +480,23 @@ def main(argv=None) -> dict:
     root = Path(args.data_root) if args.data_root else tmp / "data"
     try:
         t0 = time.perf_counter()
-        make_dataset(root, args.images, *args.jpeg_size, workers=max(1, min(available_cpus() if args.workers == "auto" else args.workers, os.cpu_count() or 1)))
+        make_dataset(
+            root,
+            args.images,
+            *args.jpeg_size,
+            workers=max(1, min(available_cpus() if args.workers == "auto" else args.workers, os.cpu_count() or 1)),
+        )
         gen_s = time.perf_counter() - t0
         cases = []
         if "pipeline" in args.cases:
             synthetic = bench_throughput(args, root, tmp, "synthetic")
             real = bench_throughput(args, root, tmp, "real")
             synthetic["anchor"] = None
-            real.update(anchor=synthetic["case"], ratio_to_anchor=real["images_per_s"] / synthetic["images_per_s"],
-                        target=f">= {PIPELINE_TARGET:.2f}")
+            real.update(
+                anchor=synthetic["case"],
+                ratio_to_anchor=real["images_per_s"] / synthetic["images_per_s"],
+                target=f">= {PIPELINE_TARGET:.2f}",
+            )
             real["meets_target"] = real["ratio_to_anchor"] >= PIPELINE_TARGET
             cases += [synthetic, real]
         if "epoch" in args.cases:
@@ -412,8 +505,11 @@ def main(argv=None) -> dict:
             cases.append(anchor)
             for m in args.m_values:
                 c = bench_epoch(args, root, tmp, "pfml", m)
-                c.update(anchor=anchor["case"], ratio_to_anchor=c["epoch_s"] / anchor["epoch_s"],
-                         target=f"<= {EPOCH_TARGET:.2f}")
+                c.update(
+                    anchor=anchor["case"],
+                    ratio_to_anchor=c["epoch_s"] / anchor["epoch_s"],
+                    target=f"<= {EPOCH_TARGET:.2f}",
+                )
                 c["meets_target"] = c["ratio_to_anchor"] <= EPOCH_TARGET
                 cases.append(c)
         if "loader" in args.cases:
@@ -425,20 +521,42 @@ def main(argv=None) -> dict:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     amp = "bfloat16" if (args.amp is None and device.type == "cuda") or args.amp else "off"
-    meta = {"torch": torch.__version__, "python": platform.python_version(), "device": str(device),
-            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
-            or platform.machine(), "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "backbone": args.backbone, "pretrained": False, "image_size": args.image_size,
-            "batch_size": args.batch_size, "steps": args.steps, "warmup_steps": args.warmup_steps,
-            "workers": args.workers, "loader_epochs": args.loader_epochs, "cache_images": args.cache_images, "amp": amp, "deterministic": args.deterministic, "images": args.images,
-            "train_classes": TRAIN_CLASSES, "jpeg_size": args.jpeg_size, "sampler": args.sampler, "m": args.m,
-            "dataset_generation_s": gen_s, "config": "config/paper.yaml defaults + datasets.cars196 + method"}
+    meta = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device)
+        if device.type == "cuda"
+        else platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "backbone": args.backbone,
+        "pretrained": False,
+        "image_size": args.image_size,
+        "batch_size": args.batch_size,
+        "steps": args.steps,
+        "warmup_steps": args.warmup_steps,
+        "workers": args.workers,
+        "loader_epochs": args.loader_epochs,
+        "cache_images": args.cache_images,
+        "amp": amp,
+        "deterministic": args.deterministic,
+        "images": args.images,
+        "train_classes": TRAIN_CLASSES,
+        "jpeg_size": args.jpeg_size,
+        "sampler": args.sampler,
+        "m": args.m,
+        "dataset_generation_s": gen_s,
+        "config": "config/paper.yaml defaults + datasets.cars196 + method",
+    }
     result = {"meta": meta, "cases": cases}
-    print(f"bench_training: {meta['device']} ({meta['device_name']}), torch {meta['torch']}, {args.backbone} "
-          f"{args.image_size}px random init, batch {args.batch_size}, AMP {amp}, deterministic {args.deterministic}, "
-          f"{args.workers} workers, {args.images} train images / {TRAIN_CLASSES} classes "
-          f"({args.jpeg_size[0]}x{args.jpeg_size[1]} JPEGs, generated in {gen_s:.1f} s), sampler {args.sampler}"
-          + (f" m={args.m}" if args.sampler == "m_per_class" else ""))
+    print(
+        f"bench_training: {meta['device']} ({meta['device_name']}), torch {meta['torch']}, {args.backbone} "
+        f"{args.image_size}px random init, batch {args.batch_size}, AMP {amp}, deterministic {args.deterministic}, "
+        f"{args.workers} workers, {args.images} train images / {TRAIN_CLASSES} classes "
+        f"({args.jpeg_size[0]}x{args.jpeg_size[1]} JPEGs, generated in {gen_s:.1f} s), sampler {args.sampler}"
+        + (f" m={args.m}" if args.sampler == "m_per_class" else "")
+    )
     print()
     print(table(cases))
     bad = [c["case"] for c in cases if c["non_finite_steps"]]

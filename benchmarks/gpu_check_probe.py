@@ -23,8 +23,12 @@ def _faiss() -> dict:
     except Exception as error:  # noqa: BLE001 - any import failure is the answer
         return {"import": f"failed: {error}"}
     gpus = getattr(faiss, "get_num_gpus", lambda: 0)()
-    return {"import": "ok", "version": getattr(faiss, "__version__", None), "gpu_build": hasattr(faiss, "StandardGpuResources"),
-            "gpus_seen": gpus}
+    return {
+        "import": "ok",
+        "version": getattr(faiss, "__version__", None),
+        "gpu_build": hasattr(faiss, "StandardGpuResources"),
+        "gpus_seen": gpus,
+    }
 
 
 def probe() -> dict:
@@ -32,14 +36,21 @@ def probe() -> dict:
 
     cuda = torch.cuda.is_available()
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or None
-    return {"commit": commit, "python": platform.python_version(), "torch": torch.__version__,
-            "cuda_runtime": torch.version.cuda, "cuda_available": cuda,
-            "device_name": torch.cuda.get_device_name(0) if cuda else platform.processor() or platform.machine(),
-            "arch_list": torch.cuda.get_arch_list() if cuda else [],
-            "bf16_supported": torch.cuda.is_bf16_supported() if cuda else None,
-            "faiss": _faiss(),
-            "packages": {n: _version(n) for n in ("torchvision", "timm", "pytorch-metric-learning", "snakemake",
-                                                  "nvidia-dali-cuda130")}}
+    return {
+        "commit": commit,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
+        "cuda_available": cuda,
+        "device_name": torch.cuda.get_device_name(0) if cuda else platform.processor() or platform.machine(),
+        "arch_list": torch.cuda.get_arch_list() if cuda else [],
+        "bf16_supported": torch.cuda.is_bf16_supported() if cuda else None,
+        "faiss": _faiss(),
+        "packages": {
+            n: _version(n)
+            for n in ("torchvision", "timm", "pytorch-metric-learning", "snakemake", "nvidia-dali-cuda130")
+        },
+    }
 
 
 if __name__ == "__main__":

@@ -36,8 +36,11 @@ def _cases(path: Path) -> list[dict]:
 
 
 def summary(work: Path) -> dict:
-    steps = [json.loads(line) for line in (work / "steps.jsonl").read_text().splitlines()] \
-        if (work / "steps.jsonl").is_file() else []
+    steps = (
+        [json.loads(line) for line in (work / "steps.jsonl").read_text().splitlines()]
+        if (work / "steps.jsonl").is_file()
+        else []
+    )
     preflight = _json(work / "preflight.json")
     return {
         "probe": _json(work / "probe.json"),
@@ -49,16 +52,23 @@ def summary(work: Path) -> dict:
         "pipeline_8_cpus": _cases(work / "pipeline_8cpu.json"),
         "epoch": _cases(work / "epoch.json"),
         "device_pipeline": _json(work / "device_pipeline.json"),
-        "preflight": None if preflight is None else {
-            "configs": preflight["configs"], "total_hours": preflight["total_hours"],
-            "over_budget": preflight["over_budget"]},
+        "preflight": None
+        if preflight is None
+        else {
+            "configs": preflight["configs"],
+            "total_hours": preflight["total_hours"],
+            "over_budget": preflight["over_budget"],
+        },
     }
 
 
 def _ratio_rows(title: str, cases: list[dict]) -> list[str]:
-    return [f"| {title}: {c['case']} | {c.get('images_per_s', 0):,.0f} img/s"
-            + (f", {c['ratio_to_anchor']:.3f} of {c['anchor']} (target {c['target']})" if c.get("anchor") else "")
-            + " |" for c in cases]
+    return [
+        f"| {title}: {c['case']} | {c.get('images_per_s', 0):,.0f} img/s"
+        + (f", {c['ratio_to_anchor']:.3f} of {c['anchor']} (target {c['target']})" if c.get("anchor") else "")
+        + " |"
+        for c in cases
+    ]
 
 
 def _eval_rows(configs: list[dict]) -> list[str]:
@@ -69,22 +79,31 @@ def _eval_rows(configs: list[dict]) -> list[str]:
     ratios = sorted(c["eval_images_per_second"] / c["synthetic_images_per_second"] for c in shapes)
     evals = sorted(c["eval_images_per_second"] for c in shapes)
     metrics = [c["eval_metric_seconds"] for c in shapes if c.get("eval_metric_seconds") is not None]
-    return [f"| preflight evaluation, {len(shapes)} shapes | {evals[0]:,.0f}–{evals[-1]:,.0f} img/s; eval / step "
-            f"img/s {ratios[0]:.2f}–{ratios[-1]:.2f} (target ≥ 2); metrics "
-            f"{max(metrics, default=0):.3f} s at most |"]
+    return [
+        f"| preflight evaluation, {len(shapes)} shapes | {evals[0]:,.0f}–{evals[-1]:,.0f} img/s; eval / step "
+        f"img/s {ratios[0]:.2f}–{ratios[-1]:.2f} (target ≥ 2); metrics "
+        f"{max(metrics, default=0):.3f} s at most |"
+    ]
 
 
 def markdown(doc: dict, work: Path) -> str:
     probe = doc["probe"] or {}
-    lines = [f"# GPU check: {probe.get('device_name')} (torch {probe.get('torch')}, CUDA {probe.get('cuda_runtime')}, "
-             f"commit {str(probe.get('commit'))[:7]})", "", "| check | result |", "|---|---|"]
+    lines = [
+        f"# GPU check: {probe.get('device_name')} (torch {probe.get('torch')}, CUDA {probe.get('cuda_runtime')}, "
+        f"commit {str(probe.get('commit'))[:7]})",
+        "",
+        "| check | result |",
+        "|---|---|",
+    ]
     for s in doc["steps"]:
         lines.append(f"| step {s['step']} | exit {s['exit']} in {s['seconds']} s (limit {s['limit']} s) |")
     for name in ("cuda_lane", "suite_device_auto"):
         c = doc[name]
         if c:
-            lines.append(f"| {name} | {c['passed']} passed, {c['failures']} failed, {c['errors']} errors, "
-                         f"{c['skipped']} skipped |")
+            lines.append(
+                f"| {name} | {c['passed']} passed, {c['failures']} failed, {c['errors']} errors, "
+                f"{c['skipped']} skipped |"
+            )
     for name, values in doc["lane_measurements"].items():
         lines.append(f"| lane: {name} | `{json.dumps(values)}` |")
     lines += _ratio_rows("pipeline, all CPUs", doc["pipeline_all_cpus"])
@@ -96,8 +115,10 @@ def markdown(doc: dict, work: Path) -> str:
         lines.append(f"| device pipeline (nvJPEG vs CPU decode) | `{json.dumps(doc['device_pipeline'])[:400]}` |")
     if doc["preflight"]:
         p = doc["preflight"]
-        lines.append(f"| preflight | {len(p['configs'])} shapes, {p['total_hours']:,.1f} h projected, "
-                     f"{len(p['over_budget'])} runs over budget |")
+        lines.append(
+            f"| preflight | {len(p['configs'])} shapes, {p['total_hours']:,.1f} h projected, "
+            f"{len(p['over_budget'])} runs over budget |"
+        )
         lines += _eval_rows(p["configs"])
     for name in ("retrieval.log", "preflight.txt"):
         if (work / name).is_file():

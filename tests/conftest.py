@@ -52,8 +52,9 @@ def require(problem: str | None) -> None:
     if problem is None:
         return
     if in_ci():
-        raise MissingComponent(f"CI={os.environ['CI']} and a required integration check cannot run: {problem}",
-                               pytrace=False)
+        raise MissingComponent(
+            f"CI={os.environ['CI']} and a required integration check cannot run: {problem}", pytrace=False
+        )
     pytest.skip(problem)
 
 

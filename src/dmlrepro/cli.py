@@ -12,12 +12,32 @@ COMMANDS = {
     "fetch-weights": ("dmlrepro.models.cli", "main", [], "put pretrained backbone weights into the local cache"),
     "train": ("dmlrepro.train.cli", "train_main", [], "train one run: RUN_CONFIG OUTDIR (resumes if interrupted)"),
     "evaluate": ("dmlrepro.train.cli", "evaluate_main", [], "(re)compute a run's metrics: OUTDIR"),
-    "launch": ("dmlrepro.train.cli", "launch_main", [], "submit one run to SLURM via submitit (single runs outside the DAG)"),
+    "launch": (
+        "dmlrepro.train.cli",
+        "launch_main",
+        [],
+        "submit one run to SLURM via submitit (single runs outside the DAG)",
+    ),
     "runs": ("dmlrepro.runs", "main", [], "list the runs the workflow's experiments resolve to (--experiment NAME)"),
-    "check-report": ("dmlrepro.report.browser", "main", [], "check a built HTML report in headless Chromium (images, console, screenshot)"),
-    "tune": ("dmlrepro.tuning.cli", "main", [], "Bayesian-optimisation search of run-config keys: SEARCH_CONFIG OUTDIR"),
+    "check-report": (
+        "dmlrepro.report.browser",
+        "main",
+        [],
+        "check a built HTML report in headless Chromium (images, console, screenshot)",
+    ),
+    "tune": (
+        "dmlrepro.tuning.cli",
+        "main",
+        [],
+        "Bayesian-optimisation search of run-config keys: SEARCH_CONFIG OUTDIR",
+    ),
     "losses": ("dmlrepro.cli", "losses_main", [], "list the losses that config can name"),
-    "preflight": ("dmlrepro.preflight.cli", "main", [], "build and step every run shape on this node; project the cost"),
+    "preflight": (
+        "dmlrepro.preflight.cli",
+        "main",
+        [],
+        "build and step every run shape on this node; project the cost",
+    ),
 }
 
 

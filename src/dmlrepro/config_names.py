@@ -86,8 +86,17 @@ FIRST_INIT: tuple[str, ...] = ("kcenter_from_random", "random", "kcenter_from_ze
 ANCHORS: tuple[str, ...] = ("best", "last")
 
 #: ``eval.corruptions[].name``: RSW Table IV's corruptions (``dmlrepro.data.corruptions.CORRUPTIONS``)
-CORRUPTION_NAMES: tuple[str, ...] = ("gaussian", "uniform", "salt_and_pepper", "dropout", "cutout", "shear", "jigsaw",
-                                     "hue_saturation", "defocus_blur")
+CORRUPTION_NAMES: tuple[str, ...] = (
+    "gaussian",
+    "uniform",
+    "salt_and_pepper",
+    "dropout",
+    "cutout",
+    "shear",
+    "jigsaw",
+    "hue_saturation",
+    "defocus_blur",
+)
 
 #: ``speed.knn_backend`` (dmlrepro.evaluation.knn)
 KNN_BACKENDS: tuple[str, ...] = ("auto", "torch", "faiss-cpu", "faiss-gpu")

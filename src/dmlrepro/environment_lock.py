@@ -34,10 +34,16 @@ def lock_differences(path: str | Path, installed: dict[str, str] | None = None) 
     """How the environment differs from the lock, one line per package (empty: exactly the lock)."""
     locked = locked_versions(path)
     installed = installed_versions() if installed is None else installed
-    out = [f"{name}: locked {version}, installed {installed.get(name, 'nothing')}"
-           for name, version in sorted(locked.items()) if installed.get(name) != version]
-    out += [f"{name}: installed {version}, not locked" for name, version in sorted(installed.items())
-            if name not in locked and name not in UNLOCKED]
+    out = [
+        f"{name}: locked {version}, installed {installed.get(name, 'nothing')}"
+        for name, version in sorted(locked.items())
+        if installed.get(name) != version
+    ]
+    out += [
+        f"{name}: installed {version}, not locked"
+        for name, version in sorted(installed.items())
+        if name not in locked and name not in UNLOCKED
+    ]
     return out
 
 
@@ -46,5 +52,9 @@ def lock_record(repo: str | Path) -> dict[str, Any]:
     path = Path(repo) / LOCK_FILE
     if not path.is_file():
         return {"file": LOCK_FILE, "sha256": None, "locked": {}, "differences": [f"no {LOCK_FILE} in {repo}"]}
-    return {"file": LOCK_FILE, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-            "locked": locked_versions(path), "differences": lock_differences(path)}
+    return {
+        "file": LOCK_FILE,
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "locked": locked_versions(path),
+        "differences": lock_differences(path),
+    }

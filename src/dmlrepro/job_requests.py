@@ -15,8 +15,10 @@ def check_train_requests(config: Mapping[str, Any]) -> None:
     requests = (config.get("resources") or {}).get("train") or {}
     unknown = sorted(set(requests) - {"default"} - set(config["datasets"]))
     if unknown:
-        raise ValueError(f"config resources.train.{unknown[0]}: expected 'default' or a key of datasets "
-                         f"({', '.join(sorted(config['datasets']))})")
+        raise ValueError(
+            f"config resources.train.{unknown[0]}: expected 'default' or a key of datasets "
+            f"({', '.join(sorted(config['datasets']))})"
+        )
 
 
 def train_request(config: Mapping[str, Any], dataset: str, search: Mapping[str, Any] | None = None) -> dict:
@@ -37,6 +39,8 @@ def slurm_signal(request: Mapping[str, Any], dataset: str) -> str:
     the run checkpoints after its current step and exits, and the profile's retries resume it."""
     warning = request.get("warning", min(300, request["runtime"] * 15))
     if warning >= request["runtime"] * 60:
-        raise ValueError(f"config resources.train ({dataset}): warning = {warning} s: expected less than "
-                         f"runtime = {request['runtime']} min")
+        raise ValueError(
+            f"config resources.train ({dataset}): warning = {warning} s: expected less than "
+            f"runtime = {request['runtime']} min"
+        )
     return f"--signal=TERM@{warning}" if warning else ""

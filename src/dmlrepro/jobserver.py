@@ -1,7 +1,8 @@
 """A fork server for the local workflow's Python jobs (docs/workflow.md#job-server).
 
-Every training job of the embedded default is a fresh interpreter that spends ~5 CPU-seconds
-importing torch and torchvision and ~1 s tearing them down, about as long as the training itself.
+Every training job of the embedded default is a fresh interpreter that imports torch and torchvision
+and tears them down again, which costs about as much CPU as the training itself
+(docs/benchmarks.md#the-job-server-a-job-served-vs-in-its-own-interpreter).
 With ``snakemake --cores N`` (local execution) the workflow starts one server that imports them once
 (``PRELOAD``); a job's script then asks it to fork a child that runs the job's library function with
 the script's working directory, environment and standard streams (passed as file descriptors), and
@@ -54,16 +55,32 @@ from dmlrepro.steplog import log_to
 __all__ = ["ENTRY_POINTS", "JOBSERVER_ENV", "PRELOAD", "Server", "run_job", "start", "stop", "serve"]
 
 JOBSERVER_ENV = "DMLREPRO_JOBSERVER"  # the server's socket path, set by `start` for the jobs
-# what the jobs import (the first two cost ~5 CPU-seconds an interpreter); a module missing here only
+# what the jobs import (the first two are the costly imports); a module missing here only
 # costs its import in each child that needs it
-PRELOAD = ("torch", "torchvision", "dmlrepro.train.engine", "dmlrepro.tuning", "dmlrepro.models.standin",
-           "pytorch_metric_learning.losses", "sklearn.cluster", "dmlrepro.report.section_job", "dmlrepro.report.aggregate",
-           "matplotlib.pyplot")
+PRELOAD = (
+    "torch",
+    "torchvision",
+    "dmlrepro.train.engine",
+    "dmlrepro.tuning",
+    "dmlrepro.models.standin",
+    "pytorch_metric_learning.losses",
+    "sklearn.cluster",
+    "dmlrepro.report.section_job",
+    "dmlrepro.report.aggregate",
+    "matplotlib.pyplot",
+)
 #: the only functions a server runs: those of workflow/scripts (rules train, search, prepare_dataset,
 #: pretrain_standin, aggregate, report_section)
-ENTRY_POINTS = frozenset({"dmlrepro.train:train_run", "dmlrepro.tuning:run_search", "dmlrepro.data:prepare",
-                          "dmlrepro.models.standin:pretrain", "dmlrepro.report.aggregate:write_experiment_tables",
-                          "dmlrepro.report.section_job:write_section"})
+ENTRY_POINTS = frozenset(
+    {
+        "dmlrepro.train:train_run",
+        "dmlrepro.tuning:run_search",
+        "dmlrepro.data:prepare",
+        "dmlrepro.models.standin:pretrain",
+        "dmlrepro.report.aggregate:write_experiment_tables",
+        "dmlrepro.report.section_job:write_section",
+    }
+)
 CONNECT_WAIT_S = 120.0  # how long a job waits for a server that is still importing
 _PID = struct.Struct("!i")  # the child's pid, sent when it starts; REFUSED, then a reason (_SIZE + UTF-8)
 REFUSED = 0
@@ -92,8 +109,16 @@ def run_job(target: str, *args: Any, log: str | os.PathLike, threads: int | None
 
 def encode_request(target: str, args: tuple, kwargs: dict, log: str | os.PathLike, threads: int | None) -> bytes:
     """A request as JSON: the call, and this process's working directory, environment and argv."""
-    request = {"target": target, "args": args, "kwargs": kwargs, "log": log, "threads": threads,
-               "cwd": os.getcwd(), "environ": dict(os.environ), "argv": sys.argv}
+    request = {
+        "target": target,
+        "args": args,
+        "kwargs": kwargs,
+        "log": log,
+        "threads": threads,
+        "cwd": os.getcwd(),
+        "environ": dict(os.environ),
+        "argv": sys.argv,
+    }
     return json.dumps(request, default=_path_as_text).encode()
 
 
@@ -104,8 +129,16 @@ def _path_as_text(value: Any) -> str:
 
 
 #: a request's keys and their JSON types
-_REQUEST_TYPES = {"target": str, "args": list, "kwargs": dict, "log": str, "threads": (int, type(None)), "cwd": str,
-                  "environ": dict, "argv": list}
+_REQUEST_TYPES = {
+    "target": str,
+    "args": list,
+    "kwargs": dict,
+    "log": str,
+    "threads": (int, type(None)),
+    "cwd": str,
+    "environ": dict,
+    "argv": list,
+}
 
 
 def decode_request(payload: bytes) -> dict[str, Any]:
@@ -161,8 +194,10 @@ def _run_remote(conn: socket.socket, payload: bytes) -> int:
             (size,) = _SIZE.unpack(_recv_exact(conn, _SIZE.size))
             sys.exit(f"dmlrepro job server: refused: {_recv_exact(conn, size).decode()}")
     except OSError as e:
-        sys.exit(f"dmlrepro job server: the server at {os.environ.get(JOBSERVER_ENV)} closed the connection "
-                 f"({e}); docs/workflow.md#job-server")
+        sys.exit(
+            f"dmlrepro job server: the server at {os.environ.get(JOBSERVER_ENV)} closed the connection "
+            f"({e}); docs/workflow.md#job-server"
+        )
     forward = lambda signum, frame: os.kill(pid, signum)  # noqa: E731
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(signum, forward)
@@ -180,8 +215,9 @@ def _recv_exact(conn: socket.socket, n: int) -> bytes:
     return data
 
 
-def _call_logged(target: str, args: list, kwargs: dict, log: str, threads: int | None,
-                 server: int | None = None) -> None:
+def _call_logged(
+    target: str, args: list, kwargs: dict, log: str, threads: int | None, server: int | None = None
+) -> None:
     module, _, name = target.partition(":")
     function: Callable = getattr(importlib.import_module(module), name)
     with log_to(log), thread_budget(threads):
@@ -198,8 +234,8 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 def thread_budget(threads: int | None) -> Iterator[None]:
     """Every OpenMP and BLAS pool at most ``threads`` wide while the job runs: those loaded already
     (threadpoolctl) and those a later import loads (the variables above). Two jobs share the local
-    machine's cores, and a pool wider than its job's share spins on a busy core: the t-SNE figure
-    beside a training job took 24 CPU-s on 2 threads, 11 on 1. torch's own threads are the run's
+    machine's cores, and a pool wider than its job's share spins on a busy core (the t-SNE figures:
+    docs/benchmarks.md#thread-budget-the-stand-in-first-table-iv-without-nmi-cpu). torch's own threads are the run's
     (``threads`` of its config); the metrics are the same on any number (tests/workflow)."""
     if threads is None:
         yield
@@ -225,18 +261,27 @@ class Server:
         return self.process.pid
 
 
-def start(folder: str | os.PathLike | None = None, preload: tuple[str, ...] = PRELOAD,
-          entry_points: Collection[str] = ENTRY_POINTS) -> Server:
+def start(
+    folder: str | os.PathLike | None = None,
+    preload: tuple[str, ...] = PRELOAD,
+    entry_points: Collection[str] = ENTRY_POINTS,
+) -> Server:
     """Start a server (it imports ``preload`` first, then runs only ``entry_points``) and name its
     socket in ``JOBSERVER_ENV`` for the jobs this process starts; jobs that start before it listens
     wait for it. Without ``folder`` it lives in a new temporary folder that it removes when it exits."""
     temporary = folder is None
     folder = Path(tempfile.mkdtemp(prefix="dmlrepro-jobs-") if temporary else folder)
     path = folder / "server.sock"
-    options = {"path": str(path), "parent": os.getpid(), "preload": list(preload),
-               "entry_points": sorted(entry_points), "remove": str(folder) if temporary else None}
-    process = subprocess.Popen([sys.executable, "-m", "dmlrepro.jobserver", json.dumps(options)],
-                               stdin=subprocess.DEVNULL)
+    options = {
+        "path": str(path),
+        "parent": os.getpid(),
+        "preload": list(preload),
+        "entry_points": sorted(entry_points),
+        "remove": str(folder) if temporary else None,
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dmlrepro.jobserver", json.dumps(options)], stdin=subprocess.DEVNULL
+    )
     path.with_suffix(".pid").write_text(str(process.pid))
     os.environ[JOBSERVER_ENV] = str(path)
     return Server(process, folder, temporary)
@@ -251,8 +296,13 @@ def stop(server: Server) -> None:
         shutil.rmtree(server.folder, ignore_errors=True)
 
 
-def serve(path: str, parent: int, preload: tuple[str, ...] = (), entry_points: Collection[str] = ENTRY_POINTS,
-          remove: str | None = None) -> None:
+def serve(
+    path: str,
+    parent: int,
+    preload: tuple[str, ...] = (),
+    entry_points: Collection[str] = ENTRY_POINTS,
+    remove: str | None = None,
+) -> None:
     """Import ``preload``, listen at ``path`` and fork a child per accepted request until SIGTERM or
     until the process ``parent`` (the one that started this server) is gone; then remove the socket,
     or the whole folder ``remove``."""
@@ -344,14 +394,20 @@ def _child(request: dict[str, Any], fds: list[int], server_sockets: tuple[socket
         os.environ.clear()
         os.environ.update(request["environ"])
         sys.argv = request["argv"]
-        _call_logged(request["target"], request["args"], request["kwargs"], request["log"], request["threads"],
-                     server=os.getppid())
+        _call_logged(
+            request["target"],
+            request["args"],
+            request["kwargs"],
+            request["log"],
+            request["threads"],
+            server=os.getppid(),
+        )
         status = 0
     except SystemExit as e:
         status = e.code if isinstance(e.code, int) else 1
     except BaseException:  # the traceback is in the log (steplog.log_to)
         print(f"dmlrepro job server: {request['target']} failed; see {request['log']}", file=sys.stderr)
-    finally:  # what an interpreter's exit does, less the teardown of its modules (~1 CPU-second with torch)
+    finally:  # what an interpreter's exit does, less the teardown of its modules (slow with torch loaded)
         atexit._run_exitfuncs()  # e.g. multiprocessing's: stops persistent DataLoader workers
         sys.stdout.flush()
         sys.stderr.flush()

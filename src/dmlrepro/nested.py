@@ -20,7 +20,7 @@ def deep_merge(base: Mapping, override: Mapping) -> dict:
 
 
 def dotted(path: str, value: Any) -> dict:
-    """"loss.hparams.alpha", 4 -> {"loss": {"hparams": {"alpha": 4}}}."""
+    """ "loss.hparams.alpha", 4 -> {"loss": {"hparams": {"alpha": 4}}}."""
     for key in reversed(path.split(".")):
         value = {key: value}
     return value

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 ZERO_SUFFIX = "@zero"
 
@@ -58,9 +59,11 @@ class Param:
         return self.choices[0] if self.type == "categorical" else self.low
 
 
-_ALLOWED = {"int": {"type", "low", "high", "log", "step", "zero"},
-            "float": {"type", "low", "high", "log", "step", "zero"},
-            "categorical": {"type", "choices"}}
+_ALLOWED = {
+    "int": {"type", "low", "high", "log", "step", "zero"},
+    "float": {"type", "low", "high", "log", "step", "zero"},
+    "categorical": {"type", "choices"},
+}
 
 
 def is_finite_number(x: Any) -> bool:
@@ -83,7 +86,9 @@ def parse_space(space: Mapping[str, Any]) -> list[Param]:
     if isinstance(space, (list, tuple)) and all(isinstance(p, Param) for p in space):
         return list(space)
     if not isinstance(space, Mapping) or not space:
-        raise ValueError(f"search space: expected a non-empty mapping of dotted run-config keys to specs, got {space!r}")
+        raise ValueError(
+            f"search space: expected a non-empty mapping of dotted run-config keys to specs, got {space!r}"
+        )
     params = [_parse_param(key, spec) for key, spec in space.items()]
     keys = [p.key for p in params]
     for a in keys:
@@ -119,7 +124,9 @@ def _parse_param(key: Any, spec: Any) -> Param:
     log, zero, step = spec.get("log", False), spec.get("zero", False), spec.get("step")
     for name, v in (("low", low), ("high", high)):
         if not is_finite_number(v) or (kind == "int" and not float(v).is_integer()):
-            raise ValueError(f"{where}: {name} = {v!r}: expected {'an integer' if kind == 'int' else 'a finite number'}")
+            raise ValueError(
+                f"{where}: {name} = {v!r}: expected {'an integer' if kind == 'int' else 'a finite number'}"
+            )
     if not low <= high:
         raise ValueError(f"{where}: low = {low!r} > high = {high!r}: expected low <= high")
     for name, v in (("log", log), ("zero", zero)):
@@ -131,9 +138,13 @@ def _parse_param(key: Any, spec: Any) -> Param:
         raise ValueError(f"{where}: zero: true needs low > 0 (0 is then searched as an extra value), got low = {low!r}")
     if step is not None:
         if not is_finite_number(step) or step <= 0 or (kind == "int" and not float(step).is_integer()):
-            raise ValueError(f"{where}: step = {step!r}: expected a number > 0 ({'an integer' if kind == 'int' else 'float'})")
+            raise ValueError(
+                f"{where}: step = {step!r}: expected a number > 0 ({'an integer' if kind == 'int' else 'float'})"
+            )
         if log and (kind == "float" or step != 1):
-            raise ValueError(f"{where}: step and log: true cannot be combined (optuna samples a log range without steps)")
+            raise ValueError(
+                f"{where}: step and log: true cannot be combined (optuna samples a log range without steps)"
+            )
     if kind == "int":
         return Param(key, "int", int(low), int(high), log, int(step) if step is not None else None, zero)
     return Param(key, "float", float(low), float(high), log, float(step) if step is not None else None, zero)

@@ -55,8 +55,14 @@ def resolve_recipe(recipe: Mapping[str, Any] | None = None) -> dict[str, Any]:
         raise StandinError(f"model.standin.backbone_kwargs = {out['backbone_kwargs']!r}: expected a mapping")
     out["backbone_kwargs"] = dict(out["backbone_kwargs"])
     for key in ("epochs", "batch_size", "seed", "pad"):
-        if isinstance(out[key], bool) or not isinstance(out[key], int) or out[key] < (0 if key in ("seed", "pad") else 1):
-            raise StandinError(f"model.standin.{key} = {out[key]!r}: expected an integer >= {0 if key in ('seed', 'pad') else 1}")
+        if (
+            isinstance(out[key], bool)
+            or not isinstance(out[key], int)
+            or out[key] < (0 if key in ("seed", "pad") else 1)
+        ):
+            raise StandinError(
+                f"model.standin.{key} = {out[key]!r}: expected an integer >= {0 if key in ('seed', 'pad') else 1}"
+            )
     return out
 
 

@@ -3,9 +3,17 @@
 import pytest
 import torch
 
+from dmlrepro.asap import (
+    covering_radius,
+    farthest_first,
+    initial_proxies,
+    mean_class_covering_radius,
+    pool_size,
+    sample_pools,
+    select_proxies,
+)
+
 import asap_reference as ref
-from dmlrepro.asap import (covering_radius, farthest_first, initial_proxies, mean_class_covering_radius,
-                           pool_size, sample_pools, select_proxies)
 
 
 def _table(n=40, d=3, num_classes=4, seed=0):
@@ -57,7 +65,7 @@ def test_picks_are_distinct_even_with_duplicate_points():
 
 def test_pool_size_rules():
     assert pool_size(12, 8) == 12 and pool_size(7, 4) == 7 and pool_size(8, 8) == 8
-    assert pool_size(1, 8) == 8 and pool_size(3, 4) == 12        # b < P: b·P (later code)
+    assert pool_size(1, 8) == 8 and pool_size(3, 4) == 12  # b < P: b·P (later code)
     assert pool_size(3, 4, small_budget="clip") == 4
     with pytest.raises(ValueError):
         pool_size(0, 4)
@@ -99,9 +107,9 @@ def test_b_equal_1_is_random_sampling():
     b = select_proxies(embed, labels, current, 1, torch.Generator().manual_seed(3))
     c = select_proxies(embed, labels, current, 1, torch.Generator().manual_seed(4))
     assert a.pool.shape == (4, 3)
-    assert torch.equal(a.indices, a.pool)          # all P random draws, in draw order
-    assert torch.equal(a.indices, b.indices)       # deterministic given the seed
-    assert not torch.equal(a.indices, c.indices)   # and random across seeds
+    assert torch.equal(a.indices, a.pool)  # all P random draws, in draw order
+    assert torch.equal(a.indices, b.indices)  # deterministic given the seed
+    assert not torch.equal(a.indices, c.indices)  # and random across seeds
     for row in range(4):
         assert len(set(a.indices[row].tolist())) == 3 and (labels[a.indices[row]] == row).all()
 
@@ -141,7 +149,7 @@ def test_initial_proxies_modes():
     zero = initial_proxies(embed, labels, 4, 2, 6, torch.Generator().manual_seed(0), first_init="kcenter_from_zero")
     for c in range(4):
         first = zero.pool[c][feats[zero.pool[c]].norm(dim=1).argmax()]
-        assert zero.indices[c, 0] == first       # the largest-norm sample comes first
+        assert zero.indices[c, 0] == first  # the largest-norm sample comes first
     with pytest.raises(ValueError, match="first_init"):
         initial_proxies(embed, labels, 4, 2, 6, torch.Generator(), first_init="zeros")
 

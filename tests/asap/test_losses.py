@@ -4,10 +4,11 @@ of asap_reference.py (values and gradients), plus library oracles (pytorch-metri
 import pytest
 import torch
 
-import asap_reference as ref
 from dmlrepro.losses import build_loss
 from dmlrepro.losses.asap import ASAP_LOSSES, ASAPLoss, PairLoss
 from dmlrepro.losses.pair_bases import BASES
+
+import asap_reference as ref
 
 pytestmark = pytest.mark.usefixtures("float64_default")  # tests/conftest.py
 
@@ -27,8 +28,10 @@ def _batch(seed, m=8, scale=0.6):
 CASES = {
     "c1": [{"margin": 0.2}, {"margin": 0.2, "reduction": "mean"}],
     "c2": [{"pos_margin": 0.1, "neg_margin": 0.9}, {"pos_margin": 0.0, "neg_margin": 0.8, "reduction": "mean"}],
-    "ms": [{"alpha": 2.0, "beta": 10.0, "base": 0.3}, {"alpha": 2.0, "beta": 10.0, "base": 0.3, "mining": True,
-                                                        "epsilon": 0.3}],
+    "ms": [
+        {"alpha": 2.0, "beta": 10.0, "base": 0.3},
+        {"alpha": 2.0, "beta": 10.0, "base": 0.3, "mining": True, "epsilon": 0.3},
+    ],
     "triplet": [{"margin": 0.3}, {"margin": 0.3, "reduction": "mean"}],
 }
 
@@ -36,16 +39,42 @@ CASES = {
 def _reference(base, hp, anchors, a_lab, refs, r_lab, exclude_self):
     hp = dict(hp)
     if base == "c1":
-        return ref.c1(anchors, a_lab, refs, r_lab, hp["margin"], exclude_self=exclude_self,
-                      reduction=hp.get("reduction", "anchor"))
+        return ref.c1(
+            anchors,
+            a_lab,
+            refs,
+            r_lab,
+            hp["margin"],
+            exclude_self=exclude_self,
+            reduction=hp.get("reduction", "anchor"),
+        )
     if base == "c2":
-        return ref.c2(anchors, a_lab, refs, r_lab, hp["pos_margin"], hp["neg_margin"], exclude_self=exclude_self,
-                      reduction=hp.get("reduction", "nonzero"))
+        return ref.c2(
+            anchors,
+            a_lab,
+            refs,
+            r_lab,
+            hp["pos_margin"],
+            hp["neg_margin"],
+            exclude_self=exclude_self,
+            reduction=hp.get("reduction", "nonzero"),
+        )
     if base == "ms":
-        return ref.ms(anchors, a_lab, refs, r_lab, hp["alpha"], hp["beta"], hp["base"], exclude_self=exclude_self,
-                      mining=hp.get("mining", False), epsilon=hp.get("epsilon", 0.1))
-    return ref.triplet(anchors, a_lab, refs, r_lab, hp["margin"], exclude_self=exclude_self,
-                       reduction=hp.get("reduction", "nonzero"))
+        return ref.ms(
+            anchors,
+            a_lab,
+            refs,
+            r_lab,
+            hp["alpha"],
+            hp["beta"],
+            hp["base"],
+            exclude_self=exclude_self,
+            mining=hp.get("mining", False),
+            epsilon=hp.get("epsilon", 0.1),
+        )
+    return ref.triplet(
+        anchors, a_lab, refs, r_lab, hp["margin"], exclude_self=exclude_self, reduction=hp.get("reduction", "nonzero")
+    )
 
 
 def _cases():
@@ -113,8 +142,9 @@ def test_batch_pair_weight_adds_in_batch_term():
     x = [ref.lip(emb[i].detach()) for i in range(len(emb))]
     refs = [ref.lip(proxies[j]) for j in range(C * P)]
     r_lab = [j // P for j in range(C * P)]
-    expected = (ref.c2(x, labels, refs, r_lab, hp["pos_margin"], hp["neg_margin"])
-                + 0.1 * ref.c2(x, labels, x, labels, hp["pos_margin"], hp["neg_margin"], exclude_self=True))
+    expected = ref.c2(x, labels, refs, r_lab, hp["pos_margin"], hp["neg_margin"]) + 0.1 * ref.c2(
+        x, labels, x, labels, hp["pos_margin"], hp["neg_margin"], exclude_self=True
+    )
     torch.testing.assert_close(mixed(emb, labels), expected, rtol=1e-10, atol=1e-12)
 
 
@@ -133,13 +163,19 @@ def test_pair_losses_match_pytorch_metric_learning_on_l2():
     """With hard L2 normalisation, C2 / Triplet / MS equal PML's ContrastiveLoss, TripletMarginLoss
     (all triplets) and MultiSimilarityLoss (no miner) — a library oracle for the reductions."""
     from pytorch_metric_learning import losses as pml
+
     emb, labels, _ = _batch(11, scale=1.0)
     emb = emb.detach()
     pairs = [
-        (PairLoss("c2", normalize="l2", pos_margin=0.2, neg_margin=1.1), pml.ContrastiveLoss(pos_margin=0.2, neg_margin=1.1)),
+        (
+            PairLoss("c2", normalize="l2", pos_margin=0.2, neg_margin=1.1),
+            pml.ContrastiveLoss(pos_margin=0.2, neg_margin=1.1),
+        ),
         (PairLoss("triplet", normalize="l2", margin=0.3), pml.TripletMarginLoss(margin=0.3)),
-        (PairLoss("ms", normalize="l2", alpha=2.0, beta=10.0, base=0.3),
-         pml.MultiSimilarityLoss(alpha=2.0, beta=10.0, base=0.3)),
+        (
+            PairLoss("ms", normalize="l2", alpha=2.0, beta=10.0, base=0.3),
+            pml.MultiSimilarityLoss(alpha=2.0, beta=10.0, base=0.3),
+        ),
     ]
     for ours, theirs in pairs:
         torch.testing.assert_close(ours(emb, labels), theirs(emb, labels), rtol=1e-9, atol=1e-12)

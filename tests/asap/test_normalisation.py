@@ -3,19 +3,23 @@
 import pytest
 import torch
 
-import asap_reference as ref
 from dmlrepro.asap import lipschitz_normalize, normalize
+
+import asap_reference as ref
 
 
 def test_lipschitz_normalize_matches_reference():
     g = torch.Generator().manual_seed(0)
-    v = torch.randn(50, 7, generator=g, dtype=torch.float64) * torch.linspace(0.05, 1.5, 50, dtype=torch.float64)[:, None]
+    v = (
+        torch.randn(50, 7, generator=g, dtype=torch.float64)
+        * torch.linspace(0.05, 1.5, 50, dtype=torch.float64)[:, None]
+    )
     out = lipschitz_normalize(v)
     for i in range(50):
         torch.testing.assert_close(out[i], ref.lip(v[i]), rtol=1e-14, atol=0)
     norms = v.norm(dim=1)
     assert (norms < 1).any() and (norms > 1).any()
-    assert torch.equal(out[norms <= 1], v[norms <= 1])                    # short vectors untouched
+    assert torch.equal(out[norms <= 1], v[norms <= 1])  # short vectors untouched
     torch.testing.assert_close(out[norms > 1].norm(dim=1), torch.ones(int((norms > 1).sum()), dtype=torch.float64))
 
 
@@ -24,9 +28,9 @@ def test_continuity_and_lipschitz_bound():
     a = torch.randn(500, 4, generator=g, dtype=torch.float64)
     b = a + 1e-3 * torch.randn(500, 4, generator=g, dtype=torch.float64)
     ratio = (lipschitz_normalize(a) - lipschitz_normalize(b)).norm(dim=1) / (a - b).norm(dim=1)
-    assert float(ratio.max()) <= 2.0                                      # 2-Lipschitz (App. B.1)
+    assert float(ratio.max()) <= 2.0  # 2-Lipschitz (App. B.1)
     tiny = torch.tensor([[1e-9, 0.0]], dtype=torch.float64)
-    assert torch.equal(lipschitz_normalize(tiny), tiny)                   # no blow-up at the origin
+    assert torch.equal(lipschitz_normalize(tiny), tiny)  # no blow-up at the origin
 
 
 def test_modes():
@@ -38,6 +42,7 @@ def test_modes():
 
 
 # ---- evaluation on 𝒩(v) (App. A.2 "Embedding vectors"; docs/readings/asap.md#asap-r32) -------------
+
 
 def _brute_force_retrieval(emb, labels):
     """Leave-one-out R@1 and MAP@R by double loops over float64 Euclidean distances."""
@@ -80,7 +85,7 @@ def test_normalize_array_is_the_per_vector_transform():
     emb, _ = _short_and_long()
     out = normalize_array(emb, "lipschitz")
     for v, w in zip(emb.astype(np.float64), out):
-        norm = float(np.sqrt((v ** 2).sum()))
+        norm = float(np.sqrt((v**2).sum()))
         expected = v if norm <= 1 else v / norm
         np.testing.assert_allclose(w, expected, rtol=1e-6, atol=0)
     norms = np.linalg.norm(emb, axis=1)
@@ -98,11 +103,11 @@ def test_eval_normalize_lipschitz_against_brute_force(tmp_path):
 
     emb, labels = _short_and_long()
     e64 = emb.astype(np.float64)
-    lip = e64 / np.maximum(1.0, np.sqrt((e64 ** 2).sum(1, keepdims=True)))
-    unit = e64 / np.sqrt((e64 ** 2).sum(1, keepdims=True))
+    lip = e64 / np.maximum(1.0, np.sqrt((e64**2).sum(1, keepdims=True)))
+    unit = e64 / np.sqrt((e64**2).sum(1, keepdims=True))
     r1, map_r = _brute_force_retrieval(lip, labels)
     r1_cos, map_r_cos = _brute_force_retrieval(unit, labels)
-    assert (r1, map_r) != (r1_cos, map_r_cos)          # the norms below 1 change the ranking
+    assert (r1, map_r) != (r1_cos, map_r_cos)  # the norms below 1 change the ranking
 
     cfg = resolve_run_config({"eval": {"normalize": "lipschitz", "distance": "euclidean", "ks": [1]}})
     got = embedding_metrics(emb, labels, cfg)
@@ -127,7 +132,9 @@ def test_eval_normalize_equals_cosine_when_every_norm_is_at_least_one():
 
     emb, labels = _short_and_long(1)
     emb = emb * (1.0 + 1.0 / np.linalg.norm(emb, axis=1, keepdims=True)).astype(np.float32)  # all norms > 1
-    lip = embedding_metrics(emb, labels, resolve_run_config({"eval": {"normalize": "lipschitz", "distance": "euclidean"}}))
+    lip = embedding_metrics(
+        emb, labels, resolve_run_config({"eval": {"normalize": "lipschitz", "distance": "euclidean"}})
+    )
     cos = embedding_metrics(emb, labels, resolve_run_config({"eval": {"distance": "cosine"}}))
     assert lip == pytest.approx(cos, abs=1e-9)
 
@@ -137,8 +144,7 @@ def test_eval_normalize_is_a_late_default():
     import copy
 
     from dmlrepro.runs import config_hash
-    from dmlrepro.train.config import config_identity
-    from dmlrepro.train.config import resolve_run_config
+    from dmlrepro.train.config import config_identity, resolve_run_config
 
     plain = resolve_run_config({"eval": {"distance": "euclidean"}})
     assert "normalize" not in config_identity(plain)["eval"]

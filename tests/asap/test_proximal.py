@@ -78,16 +78,16 @@ def test_snapshot_capture_and_lambda_zero():
     net = _net()
     reg = ProximalRegularizer(net, lam=1e-2)
     _move(net, 4)
-    best = reg.capture()            # best-in-projection θ (ASAP-R4)
+    best = reg.capture()  # best-in-projection θ (ASAP-R4)
     _move(net, 5)
-    reg.snapshot(best)              # θ* ← θ_bp, the live θ keeps its value
+    reg.snapshot(best)  # θ* ← θ_bp, the live θ keeps its value
     for a, b in zip(reg.anchor, best):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert float(reg.penalty()) > 0
-    reg.snapshot()                  # θ* ← current θ
+    reg.snapshot()  # θ* ← current θ
     assert float(reg.penalty()) == 0.0
     _move(net, 6)
-    reg.lam = 0.0                   # λ_eff = 0 in the first projection (ASAP-R3)
+    reg.lam = 0.0  # λ_eff = 0 in the first projection (ASAP-R3)
     for p in reg.params:
         p.grad = torch.zeros_like(p)
     reg.add_to_grad()

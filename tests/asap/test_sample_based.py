@@ -23,11 +23,12 @@ import numpy as np
 import pytest
 import torch
 
-import asap_reference as ref
 from dmlrepro.asap import sample_pools
 from dmlrepro.losses import build_loss
 from dmlrepro.train import list_checkpoints, read_checkpoint, resolve_run_config, train_run
 from dmlrepro.train.checkpoint import checkpoint_name
+
+import asap_reference as ref
 
 E = 3
 SYNTH = {"num_classes": 16, "images_per_class": 8, "size": 32}
@@ -45,15 +46,36 @@ def synth_root(tmp_path_factory):
 
 def sample_config(root, proxies="samples", **asap) -> dict:
     return {
-        "dataset": {"name": "synthetic", "root": str(root), "params": dict(SYNTH), "sampler": "m_per_class", "m": 4,
-                    "batch_size": 16, "image_size": 32, "resize": 32, "train_crop": "rrc", "eval_batch_size": 512},
-        "model": {"backbone": "tiny_cnn", "backbone_kwargs": {"widths": [8, 16, 16], "strides": [2, 2, 2]},
-                  "embedding_size": 8, "l2_normalize": False},
+        "dataset": {
+            "name": "synthetic",
+            "root": str(root),
+            "params": dict(SYNTH),
+            "sampler": "m_per_class",
+            "m": 4,
+            "batch_size": 16,
+            "image_size": 32,
+            "resize": 32,
+            "train_crop": "rrc",
+            "eval_batch_size": 512,
+        },
+        "model": {
+            "backbone": "tiny_cnn",
+            "backbone_kwargs": {"widths": [8, 16, 16], "strides": [2, 2, 2]},
+            "embedding_size": 8,
+            "l2_normalize": False,
+        },
         "loss": {"name": "asap_c2", "hparams": {"proxies_per_class": 2, "pos_margin": M_POS, "neg_margin": M_NEG}},
         "optimizer": {"name": "adam", "lr": 3e-3, "weight_decay": 1e-4},
         "validation": {"split": "fold", "fold": 1, "n_folds": 4, "patience": 8, "min_delta": 1e-3},
-        "asap": {"enabled": True, "b": 4, "lam": 2e-4, "projection_patience": 1, "pool_augment": False,
-                 "proxies": proxies, **asap},
+        "asap": {
+            "enabled": True,
+            "b": 4,
+            "lam": 2e-4,
+            "projection_patience": 1,
+            "pool_augment": False,
+            "proxies": proxies,
+            **asap,
+        },
         "eval": {"select": "best_val", "every": 0, "before_training": False},
         "checkpoint": {"keep": 100},
         "steps_per_epoch": E,
@@ -83,11 +105,19 @@ def sample_run(synth_root, tmp_path_factory):
         loss_before = float(self.stepper._loss_sum)  # the epoch's loss sum, kept on the device between host syncs
         indices = self.projections.indices.clone()
         what = orig_step(self, x, y)
-        steps.append({"x": x.clone(), "y": self.labelmap(y.clone()), "theta": before, "indices": indices,
-                      "value": float(self.stepper._loss_sum) - loss_before, "what": what,
-                      "global_step": self.state.global_step,
-                      "grads": {n: p.grad.clone() for n, p in self.model.named_parameters() if p.grad is not None},
-                      "lam": self.projections.reg.lam})
+        steps.append(
+            {
+                "x": x.clone(),
+                "y": self.labelmap(y.clone()),
+                "theta": before,
+                "indices": indices,
+                "value": float(self.stepper._loss_sum) - loss_before,
+                "what": what,
+                "global_step": self.state.global_step,
+                "grads": {n: p.grad.clone() for n, p in self.model.named_parameters() if p.grad is not None},
+                "lam": self.projections.reg.lam,
+            }
+        )
         return what
 
     mp = pytest.MonkeyPatch()
@@ -105,8 +135,8 @@ def sample_run(synth_root, tmp_path_factory):
 
 def _train_eval(t):
     """The training images with the eval transform, built here from the run config."""
-    from dmlrepro.train.run_data import build_train_eval, open_manifest
     from dmlrepro.train.model_and_loss import build_run_model
+    from dmlrepro.train.run_data import build_train_eval, open_manifest
 
     cfg = t.cfg
     return build_train_eval(cfg["dataset"], open_manifest(cfg["dataset"]), build_run_model(cfg), t.train_ds.rows)
@@ -125,7 +155,7 @@ def _reference_loss(model, x, y, anchor_x, P, num_classes):
     [batch; anchors] (the engine's reading)."""
     model.train()
     out = model(torch.cat([x, anchor_x]).double())
-    emb, z = out[:len(x)], out[len(x):]
+    emb, z = out[: len(x)], out[len(x) :]
     e = torch.stack([ref.lip(v) for v in emb])
     r = torch.stack([ref.lip(v) for v in z])
     r_lab = torch.arange(num_classes).repeat_interleave(P)
@@ -183,10 +213,11 @@ def test_engine_gradients_flow_through_anchor_embeddings(sample_run):
     model = _model64(cfg, s["theta"])
     model.train()
     o = model(torch.cat([s["x"], anchor_x]).double())
-    emb, z = o[:len(s["x"])], o[len(s["x"]):].detach()
+    emb, z = o[: len(s["x"])], o[len(s["x"]) :].detach()
     r_lab = torch.arange(C).repeat_interleave(P)
-    ref.c2(torch.stack([ref.lip(v) for v in emb]), s["y"], torch.stack([ref.lip(v) for v in z]), r_lab,
-           M_POS, M_NEG).backward()
+    ref.c2(
+        torch.stack([ref.lip(v) for v in emb]), s["y"], torch.stack([ref.lip(v) for v in z]), r_lab, M_POS, M_NEG
+    ).backward()
     diff = max(float((p.grad - full[n]).abs().max()) for n, p in model.named_parameters())
     assert diff > 1e-6
 
@@ -205,8 +236,9 @@ def test_loss_forward_with_given_proxies_matches_reference_and_backpropagates():
     got = loss(emb, y, proxies=z)
     got.backward()
     e2, z2 = emb.detach().clone().requires_grad_(), z.detach().clone().requires_grad_()
-    want = ref.c2([ref.lip(v) for v in e2], y, [ref.lip(v) for v in z2], torch.arange(C).repeat_interleave(P),
-                  M_POS, M_NEG)
+    want = ref.c2(
+        [ref.lip(v) for v in e2], y, [ref.lip(v) for v in z2], torch.arange(C).repeat_interleave(P), M_POS, M_NEG
+    )
     want.backward()
     torch.testing.assert_close(got, want)
     torch.testing.assert_close(emb.grad, e2.grad)
@@ -257,7 +289,7 @@ def test_alternation_picks_are_kcenter_seeded_with_the_samples_at_theta_star(sam
 
         def embed(idx):
             with torch.no_grad():
-                return model(torch.stack([ds[int(i)][0] for i in idx]).double())
+                return model(torch.stack([ds[int(i)][0] for i in idx]).double())  # noqa: B023 (called in this iteration)
 
         picks = []
         for c in range(C):
@@ -271,7 +303,6 @@ def test_alternation_picks_are_kcenter_seeded_with_the_samples_at_theta_star(sam
 # -- 4. default off: run ids and behaviour unchanged ---------------------------------------------------
 def test_default_is_trainable_and_leaves_run_ids_unchanged(synth_root):
     from dmlrepro.runs import config_hash
-    from dmlrepro.train.config import config_identity
     from dmlrepro.train.config import DEFAULTS, config_identity, without_late_defaults
 
     assert DEFAULTS["asap"]["proxies"] == "trainable"
@@ -287,8 +318,14 @@ def test_default_is_trainable_and_leaves_run_ids_unchanged(synth_root):
     assert "proxies" not in config_identity(resolved)["asap"]
     assert config_identity(old) == config_identity(resolved)
     # a run without ASAP: no asap section in its identity, from an old or a new config
-    plain = resolve_run_config({**copy.deepcopy(cfg), "asap": {"enabled": False}, "validation": {"split": None},
-                                "eval": {"select": "last", "every": 0, "before_training": False}})
+    plain = resolve_run_config(
+        {
+            **copy.deepcopy(cfg),
+            "asap": {"enabled": False},
+            "validation": {"split": None},
+            "eval": {"select": "last", "every": 0, "before_training": False},
+        }
+    )
     old_plain = copy.deepcopy(plain)
     old_plain["asap"].pop("proxies")
     assert "asap" not in without_late_defaults(plain) and "asap" not in without_late_defaults(old_plain)

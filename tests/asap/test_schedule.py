@@ -18,10 +18,10 @@ def _run(schedule, values, E):
 def test_alternation_exactly_after_patience(pp):
     E = 25
     s = AlternationSchedule(E, projection_patience=pp, global_patience=100)
-    values = [0.10, 0.20] + [0.20] * pp + [0.3]     # an improvement, then pp non-improving evaluations
+    values = [0.10, 0.20] + [0.20] * pp + [0.3]  # an improvement, then pp non-improving evaluations
     d = _run(s, values, E)
     flags = [x.alternate for x in d]
-    assert flags == [False, False] + [False] * (pp - 1) + [True, False]   # not one evaluation earlier
+    assert flags == [False, False] + [False] * (pp - 1) + [True, False]  # not one evaluation earlier
     alt = d[1 + pp]
     assert alt.step == (2 + pp) * E and alt.projection == 1
     assert s.alternations[0]["step"] == alt.step and s.alternations[0]["anchor_step"] == 2 * E
@@ -33,7 +33,7 @@ def test_alternation_exactly_after_patience(pp):
 
 def test_min_delta_counts_tiny_gains_as_no_improvement():
     s = AlternationSchedule(10, projection_patience=3, global_patience=100, min_delta=1e-5)
-    d = _run(s, [0.5, 0.500005, 0.500008, 0.500009], 10)   # all within min_delta of the best 0.5
+    d = _run(s, [0.5, 0.500005, 0.500008, 0.500009], 10)  # all within min_delta of the best 0.5
     assert [x.improved_projection for x in d] == [True, False, False, False]
     assert d[-1].alternate
 
@@ -46,7 +46,7 @@ def test_global_early_stopping():
     assert d[-1].step == (1 + pg) * E
     # stop is checked first: an evaluation that stops never also alternates
     assert not d[-1].alternate
-    assert [x.alternate for x in d].count(True) == 1      # evaluation 4 (3 bad) alternated once
+    assert [x.alternate for x in d].count(True) == 1  # evaluation 4 (3 bad) alternated once
     assert s.projections[-1]["end_reason"] == "early_stop"
     with pytest.raises(RuntimeError):
         s.observe(100 * E, 0.9)
@@ -62,7 +62,7 @@ def test_global_patience_survives_alternations():
 
 def test_lambda_eff_and_optimizer_reset():
     s = AlternationSchedule(5, projection_patience=1, global_patience=50, lam=2e-4)
-    assert s.lam_eff == 0.0                             # ASAP-R3: λ off in the first projection
+    assert s.lam_eff == 0.0  # ASAP-R3: λ off in the first projection
     d = _run(s, [0.1, 0.1], 5)
     assert d[0].lam == 0.0 and d[1].alternate and d[1].lam == 2e-4 and not d[1].reset_optimizer
     assert s.evaluations[1]["lambda_eff"] == 0.0 and s.lam_eff == 2e-4
@@ -100,7 +100,7 @@ def test_steps_unit():
     """ASAP-R7 alternative: the literal "60 steps" — stop once the last global improvement is ≥ 60 steps old."""
     s = AlternationSchedule(25, global_patience=60, global_patience_unit="steps")
     d = _run(s, [0.5, 0.4, 0.4, 0.4, 0.4], 25)
-    assert [x.stop for x in d] == [False, False, False, True]   # 100 − 25 = 75 ≥ 60; 75 − 25 = 50 < 60
+    assert [x.stop for x in d] == [False, False, False, True]  # 100 − 25 = 75 ≥ 60; 75 − 25 = 50 < 60
 
 
 def test_anchor_last_and_state_roundtrip():

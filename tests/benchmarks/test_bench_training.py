@@ -32,19 +32,55 @@ def _positive(value) -> bool:
 def test_tiny_cpu_run_reports_every_case(tmp_path, capsys):
     out = tmp_path / "bench.json"
     # the CPU check size; smaller JPEGs, fewer warm-up steps and one worker keep it short
-    _load().main(["--device", "cpu", "--backbone", "tiny_cnn", "--image-size", "32", "--images", "400",
-                  "--steps", "5", "--warmup-steps", "1", "--workers", "1", "--jpeg-size", "96", "64", "--loader-epochs", "2",
-                  "--out", str(out)])
+    _load().main(
+        [
+            "--device",
+            "cpu",
+            "--backbone",
+            "tiny_cnn",
+            "--image-size",
+            "32",
+            "--images",
+            "400",
+            "--steps",
+            "5",
+            "--warmup-steps",
+            "1",
+            "--workers",
+            "1",
+            "--jpeg-size",
+            "96",
+            "64",
+            "--loader-epochs",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr().out
     result = json.loads(out.read_text())
 
     cases = {c["case"]: c for c in result["cases"]}
-    assert list(cases) == ["pipeline_synthetic", "pipeline_real", "epoch_proxy_anchor",
-                           "epoch_pfml_m5", "epoch_pfml_m20", "epoch_pfml_m30", "loader_rebuilt", "loader_persistent"]
-    anchors = {"pipeline_synthetic": None, "pipeline_real": "pipeline_synthetic", "epoch_proxy_anchor": None,
-               "epoch_pfml_m5": "epoch_proxy_anchor", "epoch_pfml_m20": "epoch_proxy_anchor",
-               "epoch_pfml_m30": "epoch_proxy_anchor", "loader_rebuilt": None,
-               "loader_persistent": "loader_rebuilt"}
+    assert list(cases) == [
+        "pipeline_synthetic",
+        "pipeline_real",
+        "epoch_proxy_anchor",
+        "epoch_pfml_m5",
+        "epoch_pfml_m20",
+        "epoch_pfml_m30",
+        "loader_rebuilt",
+        "loader_persistent",
+    ]
+    anchors = {
+        "pipeline_synthetic": None,
+        "pipeline_real": "pipeline_synthetic",
+        "epoch_proxy_anchor": None,
+        "epoch_pfml_m5": "epoch_proxy_anchor",
+        "epoch_pfml_m20": "epoch_proxy_anchor",
+        "epoch_pfml_m30": "epoch_proxy_anchor",
+        "loader_rebuilt": None,
+        "loader_persistent": "loader_rebuilt",
+    }
     for name, case in cases.items():
         assert case["anchor"] == anchors[name]
         assert name in printed

@@ -1,5 +1,6 @@
 """The run-config key table (dmlrepro.train.config_keys): the defaults, the late and runtime keys
 and docs/training.md's key tables all come from it."""
+
 from pathlib import Path
 
 import pytest
@@ -71,14 +72,26 @@ def test_record_fields_get_their_defaults_and_numbers_read_as_strings_become_flo
     assert resolved["validation"]["fraction"] == 0.1
 
 
-@pytest.mark.parametrize("partial, message", [
-    ({"dataset": {"label_noise": {"rate": 2}}}, r"dataset\.label_noise\.rate = 2\.0: expected a fraction in \[0, 1\]"),
-    ({"dataset": {"label_noise": {"mode": "some"}}}, r"dataset\.label_noise\.mode = 'some': expected one of"),
-    ({"dataset": {"label_noise": {"rte": 0.3}}}, r"dataset\.label_noise = .*: expected null or a mapping with rate"),
-    ({"dataset": {"hflip": 2}}, r"dataset\.hflip = 2\.0: expected a probability in \[0, 1\]"),
-    ({"amp": {"enabled": 1}}, r"amp\.enabled = 1: expected 'auto', true or false"),
-    ({"dataset": {"sampler": "m_per_class", "batch_size": 18}}, r"dataset\.batch_size = 18: expected a multiple of"),
-])
+@pytest.mark.parametrize(
+    "partial, message",
+    [
+        (
+            {"dataset": {"label_noise": {"rate": 2}}},
+            r"dataset\.label_noise\.rate = 2\.0: expected a fraction in \[0, 1\]",
+        ),
+        ({"dataset": {"label_noise": {"mode": "some"}}}, r"dataset\.label_noise\.mode = 'some': expected one of"),
+        (
+            {"dataset": {"label_noise": {"rte": 0.3}}},
+            r"dataset\.label_noise = .*: expected null or a mapping with rate",
+        ),
+        ({"dataset": {"hflip": 2}}, r"dataset\.hflip = 2\.0: expected a probability in \[0, 1\]"),
+        ({"amp": {"enabled": 1}}, r"amp\.enabled = 1: expected 'auto', true or false"),
+        (
+            {"dataset": {"sampler": "m_per_class", "batch_size": 18}},
+            r"dataset\.batch_size = 18: expected a multiple of",
+        ),
+    ],
+)
 def test_table_and_cross_key_checks_name_the_key(partial, message):
     with pytest.raises(ConfigError, match=message):
         resolve_run_config(partial)

@@ -37,10 +37,17 @@ def test_the_config_check_and_the_code_share_their_choices():
 
 
 def test_resolving_the_workflows_runs_imports_no_trunk_registry():
-    script = ("import sys, yaml\nfrom dmlrepro.runs import resolve_runs\n"
-              "for path in sys.argv[1:]:\n    resolve_runs(yaml.safe_load(open(path)))\n"
-              "print(sorted(m for m in ('dmlrepro.models', 'dmlrepro.data.corruptions', 'timm', 'torchvision') "
-              "if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", script, str(ROOT / "config/config.yaml"), str(ROOT / "config/paper.yaml")],
-                         capture_output=True, text=True, check=True, cwd=ROOT)
+    script = (
+        "import sys, yaml\nfrom dmlrepro.runs import resolve_runs\n"
+        "for path in sys.argv[1:]:\n    resolve_runs(yaml.safe_load(open(path)))\n"
+        "print(sorted(m for m in ('dmlrepro.models', 'dmlrepro.data.corruptions', 'timm', 'torchvision') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(ROOT / "config/config.yaml"), str(ROOT / "config/paper.yaml")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
     assert out.stdout.strip() == "[]"

@@ -9,14 +9,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = [ROOT / "config" / name for name in ("config.yaml", "paper.yaml", "real_data.yaml")] + [ROOT / "tests" / "workflow" / "tiny.yaml"]
+CONFIGS = [ROOT / "config" / name for name in ("config.yaml", "paper.yaml", "real_data.yaml")] + [
+    ROOT / "tests" / "workflow" / "tiny.yaml"
+]
 QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"|\'[^\']*\'')
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_no_value_is_cut_by_a_hash(path):
-    cut = [f"{path.name}:{number}: {line.strip()}" for number, line in enumerate(path.read_text().splitlines(), 1)
-           if re.search(r"\s#[^\s#]", QUOTED.sub('""', line))]
+    cut = [
+        f"{path.name}:{number}: {line.strip()}"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\s#[^\s#]", QUOTED.sub('""', line))
+    ]
     assert not cut, "values cut at ' #' (quote them or reword):\n" + "\n".join(cut)
 
 

@@ -18,8 +18,11 @@ def test_reality_miniature_is_opt_in_and_plans_a_plateau_search_per_loss():
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     validate(copy.deepcopy(config), str(ROOT / "workflow" / "schemas" / "config.schema.yaml"))
     assert "rsw_reality_mini" not in active_experiments(config)
-    searches = [s for s in search_runs({**config, "opt_in": ["rsw_reality_mini"]}).values()
-                if "rsw_reality_mini" in s.experiments]
+    searches = [
+        s
+        for s in search_runs({**config, "opt_in": ["rsw_reality_mini"]}).values()
+        if "rsw_reality_mini" in s.experiments
+    ]
     assert sorted(s.method for s in searches) == ["hist", "proxy_anchor", "rsw"]
     spec = config["experiments"]["rsw_reality_mini"]["search"]
     for search in searches:
@@ -31,10 +34,31 @@ def test_reality_miniature_is_opt_in_and_plans_a_plateau_search_per_loss():
 
 
 # -- the pretrained regime (docs/miniature.md) ---------------------------------------------------------
-HEADLINE_CLAIMS = ["pfml-beats-proxy-anchor", "pfml-beats-cpml", "pfml-beats-multi-similarity", "pfml-beats-all-table1",
-                   "pfml-label-noise", "pfml-proxies-help", "pfml-no-decay-worst", "pfml-strong-decay-better",
-                   "rsw-warp-beats-eq4", "asap-beats-base-loss", "asap-beats-xbm", "pfml-w2-lowest"]
-PFML_FAMILY = {"pfml", "cpml", "proxy_anchor", "proxy_nca", "multi_similarity", "triplet", "soft_triple", "pfml_m5", "pfml_m10"}
+HEADLINE_CLAIMS = [
+    "pfml-beats-proxy-anchor",
+    "pfml-beats-cpml",
+    "pfml-beats-multi-similarity",
+    "pfml-beats-all-table1",
+    "pfml-label-noise",
+    "pfml-proxies-help",
+    "pfml-no-decay-worst",
+    "pfml-strong-decay-better",
+    "rsw-warp-beats-eq4",
+    "asap-beats-base-loss",
+    "asap-beats-xbm",
+    "pfml-w2-lowest",
+]
+PFML_FAMILY = {
+    "pfml",
+    "cpml",
+    "proxy_anchor",
+    "proxy_nca",
+    "multi_similarity",
+    "triplet",
+    "soft_triple",
+    "pfml_m5",
+    "pfml_m10",
+}
 
 
 def _default_runs():
@@ -63,8 +87,13 @@ def test_synthetic_runs_finetune_the_standin_with_each_papers_recipe_structure()
 def _cell_seeds(runs, cell):
     from dmlrepro.nested import dotted_get
 
-    return {r.seed for r in runs if cell["experiment"] in r.experiments and r.method == cell["method"]
-            and all(dotted_get(r.config, k) == v for k, v in (cell.get("sweep") or {}).items())}
+    return {
+        r.seed
+        for r in runs
+        if cell["experiment"] in r.experiments
+        and r.method == cell["method"]
+        and all(dotted_get(r.config, k) == v for k, v in (cell.get("sweep") or {}).items())
+    }
 
 
 def test_every_headline_claim_has_a_faithful_scale_with_three_seeds_per_cell():

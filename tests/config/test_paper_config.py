@@ -26,8 +26,14 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "config" / "paper.yaml"
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 REAL = {"cub200", "cars196", "sop", "inshop"}
-PRINTED = {"cub200": "CUB-200-2011", "cars196": "Cars-196", "sop": "SOP", "inshop": "In-Shop",
-           "mnist": "MNIST", "fashion_mnist": "FashionMNIST"}
+PRINTED = {
+    "cub200": "CUB-200-2011",
+    "cars196": "Cars-196",
+    "sop": "SOP",
+    "inshop": "In-Shop",
+    "mnist": "MNIST",
+    "fashion_mnist": "FashionMNIST",
+}
 
 # experiment -> (runs it resolves to, new runs after deduplication in this order); docs/paper-config.md
 COUNTS = {
@@ -48,7 +54,7 @@ COUNTS = {
     "pfml_fig3d_delta_rep": (50, 50),
     "pfml_supp_table1_64d": (10, 10),
     "pfml_supp_table2_64d": (5, 5),
-    "pfml_supp_table3_mlrc": (20, 20),   # PFML-R25: 4 folds x 5 reproductions per dataset
+    "pfml_supp_table3_mlrc": (20, 20),  # PFML-R25: 4 folds x 5 reproductions per dataset
     "pfml_supp_table4_mlrc": (20, 20),
     "pfml_supp_table5_hparams": (2, 0),
     "pfml_supp_table5_hparams_sop": (1, 0),
@@ -60,7 +66,7 @@ COUNTS = {
     "pfml_supp_fig2_tsne": (1, 0),
     "pfml_fig2_toy_field": (0, 0),
     # RSW (Tables I-IV, Figs. 3, 5-10; Tables V-VIII published only)
-    "rsw_table1": (10, 10),        # Warped-Softmax + the ProxyNCA++ rerun (RSW-R18)
+    "rsw_table1": (10, 10),  # Warped-Softmax + the ProxyNCA++ rerun (RSW-R18)
     "rsw_table1_cars": (10, 10),
     "rsw_table1_sop": (10, 10),
     "rsw_table1_noval_cub": (15, 15),
@@ -97,10 +103,10 @@ COUNTS = {
     "asap_fig4b_steps": (4, 0),
     "asap_fig7_geometry": (1, 1),
     "asap_fig8_batch": (64, 48),
-    "asap_fig1_mnist_poc": (1, 1),   # Figs. 1/6: proxy-based C2-ASAP on MNIST
-    "asap_mnist_samples": (2, 1),    # Sec. 5.2: + the sample-based run
+    "asap_fig1_mnist_poc": (1, 1),  # Figs. 1/6: proxy-based C2-ASAP on MNIST
+    "asap_mnist_samples": (2, 1),  # Sec. 5.2: + the sample-based run
     "asap_cost_profile": (32, 0),
-    "asap_fig2_bayes": (0, 0),   # opt-in: a Bayesian search (test_asap_fig2_is_an_opt_in_search)
+    "asap_fig2_bayes": (0, 0),  # opt-in: a Bayesian search (test_asap_fig2_is_an_opt_in_search)
 }
 PFML_TOTAL, RSW_TOTAL, ASAP_TOTAL = 450, 139, 377
 # RSW's baseline reruns: Table IV's HIST column (HIST's 10 PFML Table 2 runs are in PFML_TOTAL) and the 15
@@ -109,21 +115,41 @@ RSW_BASELINES = 1 + 15
 TOTAL = PFML_TOTAL + RSW_TOTAL + RSW_BASELINES + ASAP_TOTAL
 TABLE1 = [name for name in COUNTS if name.startswith("pfml_table1")]
 RSW_NMI = {"average": "geometric", "kmeans": "sklearn"}  # NMI as the RSW code computes it (RSW-R8)
-TOY = "rsw_fig10_toy"          # FashionMNIST, tiny CNN, 2-d (RSW-R19)
+TOY = "rsw_fig10_toy"  # FashionMNIST, tiny CNN, 2-d (RSW-R19)
 MNIST_POC = {"asap_fig1_mnist_poc", "asap_mnist_samples"}  # ASAP Figs. 1/6, Sec. 5.2
-LARGE_CROP = "rsw_large"       # RSW Table I's † row: RandomResizedCrop 256 / Resize 288
+LARGE_CROP = "rsw_large"  # RSW Table I's † row: RandomResizedCrop 256 / Resize 288
 
 # RSW-R3: the official code's Image-Retrieval/config.json, per dataset:
 # batch, samples per class, epochs E, followup epochs E_f, (lr, proxy lr, s, α, k1, k2) of phase 1 and
 # of phase 2, the Δ multiplier ("margin")
 RSW_CONFIG_JSON = {
-    "cub200": dict(batch=64, per_class=8, epochs=50, followup=30, delta=1.30,
-                   phase1=(0.01, 1.0, 4.525, 28.40, 0.93, 1.15), phase2=(0.001, 0.0005, 1.0, 24.68, 0.95, 1.20)),
-    "cars196": dict(batch=64, per_class=16, epochs=100, followup=50, delta=1.50,
-                    phase1=(0.01, 1.0, 5.0, 30.15, 0.80, 1.15), phase2=(0.001, 0.0005, 1.0, 23.25, 0.50, 1.55)),
-    "sop": dict(batch=192, per_class=3, epochs=80, followup=20, delta=1.348,
-                phase1=(0.024, 225.0, 3.7442, 13.024979, 0.8563, 1.1181),
-                phase2=(0.0075, 0.001, 1.0, 5.841837525406713, 0.8024, 1.6175)),
+    "cub200": dict(
+        batch=64,
+        per_class=8,
+        epochs=50,
+        followup=30,
+        delta=1.30,
+        phase1=(0.01, 1.0, 4.525, 28.40, 0.93, 1.15),
+        phase2=(0.001, 0.0005, 1.0, 24.68, 0.95, 1.20),
+    ),
+    "cars196": dict(
+        batch=64,
+        per_class=16,
+        epochs=100,
+        followup=50,
+        delta=1.50,
+        phase1=(0.01, 1.0, 5.0, 30.15, 0.80, 1.15),
+        phase2=(0.001, 0.0005, 1.0, 23.25, 0.50, 1.55),
+    ),
+    "sop": dict(
+        batch=192,
+        per_class=3,
+        epochs=80,
+        followup=20,
+        delta=1.348,
+        phase1=(0.024, 225.0, 3.7442, 13.024979, 0.8563, 1.1181),
+        phase2=(0.0075, 0.001, 1.0, 5.841837525406713, 0.8024, 1.6175),
+    ),
 }
 
 
@@ -166,13 +192,17 @@ def test_only_the_real_benchmarks_at_224_px(runs):
         if set(run.experiments) <= MNIST_POC:  # test_asap_mnist_proof_of_concept
             assert run.dataset == "mnist" and run.config["dataset"]["name"] == "mnist", run.run_id
             continue
-        if _is_asap(run) or run.method == "pfml_mlrc":  # MLRC's 227 px: test_asap_engine_settings, test_pfml_mlrc_engine
+        if (
+            _is_asap(run) or run.method == "pfml_mlrc"
+        ):  # MLRC's 227 px: test_asap_engine_settings, test_pfml_mlrc_engine
             assert run.dataset in REAL and run.config["dataset"]["name"] == run.dataset, run.run_id
             continue
         dataset = run.config["dataset"]
         if set(run.experiments) == {TOY}:
             assert run.dataset == "fashion_mnist" and run.config["model"]["embedding_size"] == 2, run.run_id
-            assert dataset["test_split"] == "train", run.run_id  # "the train example overfits": the train split is plotted
+            assert dataset["test_split"] == "train", (
+                run.run_id
+            )  # "the train example overfits": the train split is plotted
             continue
         assert run.dataset in REAL and dataset["name"] == run.dataset, run.run_id
         size = (256, 288) if run.method == LARGE_CROP else (224, 256)
@@ -202,8 +232,9 @@ def test_table1_runs_200_epochs_5_seeds_with_the_papers_m_and_width(runs):
 def test_epochs_everywhere_but_the_timing_runs(runs):
     for run in runs.values():
         if run.method.startswith("rsw") or _is_asap(run) or run.method in ("pfml_mlrc", *TABLE4_OWN_RECIPES):
-            continue  # test_rsw_per_dataset_values_of_the_released_config, test_asap_engine_settings, test_pfml_mlrc_engine,
-            # test_table4_baselines_train_their_own_recipes_and_see_the_same_corruptions
+            # checked by test_rsw_per_dataset_values_of_the_released_config, test_asap_engine_settings,
+            # test_pfml_mlrc_engine, test_table4_baselines_train_their_own_recipes_and_see_the_same_corruptions
+            continue
         timing = set(run.experiments) == {"pfml_supp_table6_timing"}
         assert run.config["epochs"] == (20 if timing else 200), run.run_id
 
@@ -260,8 +291,11 @@ TABLE4_OWN_RECIPES = ("hist", "proxy_nca_pp_rsw")
 def test_table1_proxy_nca_pp_rerun_follows_the_official_configs(runs):
     """RSW-R18: ProxyNCA++ with max+avg pooling beside Warped-Softmax in the with-validation block; its
     official cub.json (CUB, and Cars: cars.json was never released) and sop.json (github.com/euwern/proxynca_pp)."""
-    official = {"cub200": (32, 4, 4e-3, 400.0, 40, RSW_NMI), "cars196": (32, 4, 4e-3, 400.0, 40, RSW_NMI),
-                "sop": (192, 3, 0.024, 240.0, 80, False)}  # batch, per class, lr, proxy lr, epochs, NMI
+    official = {
+        "cub200": (32, 4, 4e-3, 400.0, 40, RSW_NMI),
+        "cars196": (32, 4, 4e-3, 400.0, 40, RSW_NMI),
+        "sop": (192, 3, 0.024, 240.0, 80, False),
+    }  # batch, per class, lr, proxy lr, epochs, NMI
     found = {}
     for name in ("rsw_table1", "rsw_table1_cars", "rsw_table1_sop"):
         pnca = [run for run in experiment_runs(runs, name) if run.method == "proxy_nca_pp_rsw"]
@@ -272,10 +306,18 @@ def test_table1_proxy_nca_pp_rerun_follows_the_official_configs(runs):
             assert (c["model"]["preset"], c["model"]["embedding_size"], c["optimizer"]["eps"]) == ("rsw", 512, 1.0)
             assert "followup" not in c or not c["followup"]["epochs"], run.run_id  # one phase, no RSW values
             o = c["optimizer"]
-            found[run.dataset] = (c["dataset"]["batch_size"], c["dataset"]["m"], o["lr"],
-                                  pytest.approx(o["lr"] * o["lr_mult"]["loss"]), c["epochs"], c["eval"]["nmi"])
+            found[run.dataset] = (
+                c["dataset"]["batch_size"],
+                c["dataset"]["m"],
+                o["lr"],
+                pytest.approx(o["lr"] * o["lr_mult"]["loss"]),
+                c["epochs"],
+                c["eval"]["nmi"],
+            )
     assert found == official
-    pnca_cub0 = {run.run_id for run in experiment_runs(runs, "rsw_table1") if run.method == "proxy_nca_pp_rsw" and run.seed == 0}
+    pnca_cub0 = {
+        run.run_id for run in experiment_runs(runs, "rsw_table1") if run.method == "proxy_nca_pp_rsw" and run.seed == 0
+    }
     table4 = {run.run_id for run in experiment_runs(runs, "rsw_table4_corruptions") if run.method == "proxy_nca_pp_rsw"}
     assert pnca_cub0 == table4
 
@@ -288,7 +330,11 @@ def test_table4_baselines_train_their_own_recipes_and_see_the_same_corruptions(r
         assert "followup" not in table4[method].config or not table4[method].config["followup"]["epochs"]
     pnca = table4["proxy_nca_pp_rsw"].config  # ProxyNCA++'s CUB config on RSW's head (RSW-R18)
     assert pnca["loss"] == {"name": "proxy_nca", "hparams": {"softmax_scale": 9.0}}
-    assert (pnca["model"]["preset"], pnca["model"]["pool"] or "avg+max", pnca["model"]["embedding_size"]) == ("rsw", "avg+max", 512)
+    assert (pnca["model"]["preset"], pnca["model"]["pool"] or "avg+max", pnca["model"]["embedding_size"]) == (
+        "rsw",
+        "avg+max",
+        512,
+    )
     o = pnca["optimizer"]
     assert (o["name"], o["eps"], o["lr"], o["lr"] * o["lr_mult"]["loss"]) == ("adam", 1.0, 4e-3, pytest.approx(400.0))
     assert (pnca["dataset"]["batch_size"], pnca["dataset"]["m"], pnca["epochs"]) == (32, 4, 40)
@@ -296,8 +342,11 @@ def test_table4_baselines_train_their_own_recipes_and_see_the_same_corruptions(r
 
 # HIST's official README (github.com/ljin0429/HIST): per dataset τ, α, epochs, lr, lr_ds, lr-hgnn-factor,
 # weight decay, StepLR step, BN frozen; batch 32, Adam, 1 warm-up epoch, γ 0.5, λ_s 1, HGNN hidden 512
-HIST_README = {"cub200": (32, 1.1, 40, 1.2e-4, 0.1, 5, 5e-5, 5, True), "cars196": (32, 0.9, 50, 1e-4, 0.1, 10, 1e-4, 10, True),
-               "sop": (16, 2.0, 60, 1e-4, 1e-2, 10, 1e-4, 10, False)}
+HIST_README = {
+    "cub200": (32, 1.1, 40, 1.2e-4, 0.1, 5, 5e-5, 5, True),
+    "cars196": (32, 0.9, 50, 1e-4, 0.1, 10, 1e-4, 10, True),
+    "sop": (16, 2.0, 60, 1e-4, 1e-2, 10, 1e-4, 10, False),
+}
 
 
 def test_hist_runs_follow_the_official_readme(runs):
@@ -306,7 +355,13 @@ def test_hist_runs_follow_the_official_readme(runs):
     for run in hist:
         cfg, hp = run.config, run.config["loss"]["hparams"]
         tau, alpha, epochs, lr, lr_ds, factor, wd, step, bn = HIST_README[run.dataset]
-        assert (hp["tau"], hp["alpha"], hp["lambda_s"], hp["hgnn_hidden"], hp["hgnn_lr_factor"]) == (tau, alpha, 1.0, 512, factor)
+        assert (hp["tau"], hp["alpha"], hp["lambda_s"], hp["hgnn_hidden"], hp["hgnn_lr_factor"]) == (
+            tau,
+            alpha,
+            1.0,
+            512,
+            factor,
+        )
         o = cfg["optimizer"]
         assert (o["name"], cfg["epochs"], cfg["warmup_epochs"]) == ("adam", epochs, 1)
         assert o["lr"] == pytest.approx(lr) and o["lr"] * o["lr_mult"]["loss"] == pytest.approx(lr_ds)
@@ -314,7 +369,11 @@ def test_hist_runs_follow_the_official_readme(runs):
         assert cfg["schedule"] == {**cfg["schedule"], "name": "step", "step": step, "gamma": 0.5}
         assert cfg["bn_freeze"]["running_stats"] is bn and cfg["bn_freeze"]["affine"] is bn
         assert (cfg["dataset"]["batch_size"], cfg["dataset"]["sampler"]) == (32, "random")
-        assert cfg["model"]["preset"] == "hist" and not cfg["model"]["l2_normalize"] and cfg["eval"]["distance"] == "cosine"
+        assert (
+            cfg["model"]["preset"] == "hist"
+            and not cfg["model"]["l2_normalize"]
+            and cfg["eval"]["distance"] == "cosine"
+        )
     (table4,) = [run for run in hist if "rsw_table4_corruptions" in run.experiments]
     assert table4.dataset == "cub200" and len(table4.config["eval"]["corruptions"]) == 9
 
@@ -328,7 +387,10 @@ def test_resources_name_configured_datasets(config):
 # ---- RSW ---------------------------------------------------------------------------------------------
 
 RSW_TRAINED = [name for name in COUNTS if name.startswith("rsw_") and COUNTS[name][0]]
-RSW_TABLE1 = ["rsw_table1", *(f"rsw_table1_{suffix}" for suffix in ("cars", "sop", "noval_cub", "noval_cars", "noval_sop"))]
+RSW_TABLE1 = [
+    "rsw_table1",
+    *(f"rsw_table1_{suffix}" for suffix in ("cars", "sop", "noval_cub", "noval_cars", "noval_sop")),
+]
 
 
 def test_rsw_engine_settings(runs):
@@ -399,8 +461,11 @@ def test_rsw_table1_protocols(runs):
 def test_rsw_runs_shared_between_targets(runs):
     """Table II is Table I's with-val runs; Table IV's Warped-Softmax is the CUB seed-0 one (evaluated under
     the corruptions); Fig. 8's k = 1.5 point is the Cars seed-0 one."""
-    for table1, table2 in (("rsw_table1", "rsw_table2"), ("rsw_table1_cars", "rsw_table2_cars"),
-                           ("rsw_table1_sop", "rsw_table2_sop")):
+    for table1, table2 in (
+        ("rsw_table1", "rsw_table2"),
+        ("rsw_table1_cars", "rsw_table2_cars"),
+        ("rsw_table1_sop", "rsw_table2_sop"),
+    ):
         ids = {run.run_id for run in experiment_runs(runs, table1) if run.method == "rsw"}
         assert {run.run_id for run in experiment_runs(runs, table2)} == ids
     cub0 = next(run for run in experiment_runs(runs, "rsw_table1") if run.seed == 0 and run.method == "rsw")
@@ -415,12 +480,16 @@ def test_rsw_runs_shared_between_targets(runs):
 
 def test_rsw_sweep_grids(runs):
     """RSW-R16: α in {0, 5, ..., 95}; k1 x k2 6 x 6 with 1.0 in both; k in {1.0, 1.5, ..., 5.5}."""
+
     def values(name, key):
         return [run.experiments[name][key] for run in experiment_runs(runs, name)]
+
     assert values("rsw_fig6_alpha", "loss.hparams.alpha") == [5.0 * i for i in range(20)]
     assert values("rsw_fig8_delta", "loss.hparams.delta_scale") == [1.0 + 0.5 * i for i in range(10)]
-    grid = {(point["loss.hparams.k1"], point["loss.hparams.k2"])
-            for point in (run.experiments["rsw_fig7_k1_k2"] for run in experiment_runs(runs, "rsw_fig7_k1_k2"))}
+    grid = {
+        (point["loss.hparams.k1"], point["loss.hparams.k2"])
+        for point in (run.experiments["rsw_fig7_k1_k2"] for run in experiment_runs(runs, "rsw_fig7_k1_k2"))
+    }
     assert grid == {(k1, k2) for k1 in (0.25, 0.5, 0.75, 0.9, 0.95, 1.0) for k2 in (1.0, 1.05, 1.1, 1.25, 1.5, 2.0)}
     for name in ("rsw_fig6_alpha", "rsw_fig7_k1_k2", "rsw_fig8_delta", "rsw_table3", "rsw_table4_corruptions", TOY):
         assert {run.seed for run in experiment_runs(runs, name)} == {0}, name
@@ -449,8 +518,21 @@ def test_snakemake_configfile_stands_alone(runs):
     import sys
 
     snakemake = Path(sys.executable).parent / "snakemake"
-    out = subprocess.run([str(snakemake), "-s", str(ROOT / "Snakefile"), "-d", str(ROOT), "-n", "--configfile",
-                          str(ROOT / "config" / "paper.yaml")], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [
+            str(snakemake),
+            "-s",
+            str(ROOT / "Snakefile"),
+            "-d",
+            str(ROOT),
+            "-n",
+            "--configfile",
+            str(ROOT / "config" / "paper.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert int(re.search(r"^train\s+(\d+)$", out, re.M).group(1)) == len(runs)
 
 
@@ -458,17 +540,29 @@ def test_snakemake_configfile_stands_alone(runs):
 
 ASAP_SETTINGS_NAME = {"cub200": "cub", "cars196": "cars", "inshop": "inshop", "sop": "sop"}
 # method -> (base loss in dmlrepro.asap.settings, variant) for the pair / ASAP methods
-ASAP_PAIR = {f"{base}{suffix}": (loss, variant) for base, loss in (("c1", "c1"), ("c2", "c2"), ("ms", "ms"),
-                                                                   ("triplet", "triplet"))
-             for suffix, variant in (("_asap", "L"), ("_asap_s", "S"), ("_proxy", "proxy"))}
-ASAP_PAIR.update({"c1": ("c1", "plain"), "c2": ("c2", "plain"), "ms": ("ms", "plain"), "triplet_mlrc": ("triplet", "plain")})
+ASAP_PAIR = {
+    f"{base}{suffix}": (loss, variant)
+    for base, loss in (("c1", "c1"), ("c2", "c2"), ("ms", "ms"), ("triplet", "triplet"))
+    for suffix, variant in (("_asap", "L"), ("_asap_s", "S"), ("_proxy", "proxy"))
+}
+ASAP_PAIR.update(
+    {"c1": ("c1", "plain"), "c2": ("c2", "plain"), "ms": ("ms", "plain"), "triplet_mlrc": ("triplet", "plain")}
+)
 ASAP_XBM = {"c1_xbm": ("c1", "L"), "c2_xbm": ("c2", "L"), "c1_xbm_s": ("c1", "S"), "c2_xbm_s": ("c2", "S")}
-XBM_BATCHES = {"S": {"cub200": 3, "cars196": 3, "inshop": 100, "sop": 400},     # App. A.2, memory in batches of 32
-               "L": {"cub200": 25, "cars196": 25, "inshop": 400, "sop": 1400}}
-SOFT_TRIPLE_PARAMS = {"cub200": (20.0, 0.1, 0.01), "cars196": (17.69, 19.18, 0.3588),   # λ, γ, δ (§2.6)
-                      "inshop": (20.0, 0.1, 0.01), "sop": (100.0, 47.9, 0.3145)}
-SOFT_TRIPLE = {"soft_triple_mlrc": {"cub200": 10, "cars196": 10, "inshop": 1, "sop": 1},   # centres: the tables' rows
-               "soft_triple_l4": {"inshop": 4, "sop": 4}}                                # Fig. 5's L on In-Shop / SOP
+XBM_BATCHES = {
+    "S": {"cub200": 3, "cars196": 3, "inshop": 100, "sop": 400},  # App. A.2, memory in batches of 32
+    "L": {"cub200": 25, "cars196": 25, "inshop": 400, "sop": 1400},
+}
+SOFT_TRIPLE_PARAMS = {
+    "cub200": (20.0, 0.1, 0.01),
+    "cars196": (17.69, 19.18, 0.3588),  # λ, γ, δ (§2.6)
+    "inshop": (20.0, 0.1, 0.01),
+    "sop": (100.0, 47.9, 0.3145),
+}
+SOFT_TRIPLE = {
+    "soft_triple_mlrc": {"cub200": 10, "cars196": 10, "inshop": 1, "sop": 1},  # centres: the tables' rows
+    "soft_triple_l4": {"inshop": 4, "sop": 4},
+}  # Fig. 5's L on In-Shop / SOP
 PROXY_BASELINES = {"proxy_anchor_mlrc", "proxy_nca_pp", "soft_triple_mlrc"}
 
 
@@ -480,10 +574,12 @@ def test_asap_table1_is_13_methods_x_4_datasets_x_4_folds(runs):
     assert len(cells) == 208 and {cell[2] for cell in cells} == {0, 1, 2, 3}
     assert {run.seed for run in table} == {0}
     one = {run.run_id for run in table}
-    assert {run.run_id for run in experiment_runs(runs, "asap_table2")} == \
-        {run.run_id for run in table if run.dataset in ("inshop", "sop")}
-    assert {run.run_id for run in experiment_runs(runs, "asap_table3")} == \
-        {run.run_id for run in table if run.dataset in ("cub200", "cars196")}
+    assert {run.run_id for run in experiment_runs(runs, "asap_table2")} == {
+        run.run_id for run in table if run.dataset in ("inshop", "sop")
+    }
+    assert {run.run_id for run in experiment_runs(runs, "asap_table3")} == {
+        run.run_id for run in table if run.dataset in ("cub200", "cars196")
+    }
     assert len(one) == 208
 
 
@@ -496,14 +592,23 @@ def test_asap_engine_settings(runs):
         assert cfg["validation"]["metric"] == "map@r", run.run_id
         assert cfg["eval"]["select"] == "best_val", run.run_id
         model = cfg["model"]
-        assert (model["backbone"], model["pretrained"], model["preset"]) == ("bn_inception", "bn_inception.imagenet", "asap")
+        assert (model["backbone"], model["pretrained"], model["preset"]) == (
+            "bn_inception",
+            "bn_inception.imagenet",
+            "asap",
+        )
         assert model["embedding_size"] == 128 and model["l2_normalize"] is False, run.run_id
         data = cfg["dataset"]
         assert (data["image_size"], data["resize"], data["train_crop"], data["scale"]) == (227, 256, "rrc", [0.16, 1.0])
         assert data["batch_size"] == 32, run.run_id
         assert data["sampler"] == "m_per_class" and data["m"] == (1 if run.method in PROXY_BASELINES else 4), run.run_id
         opt = cfg["optimizer"]
-        assert (opt["name"], opt["lr"], opt["weight_decay"], opt["betas"]) == ("adam", 1e-5, 1e-4, [0.9, 0.99])  # ASAP-R8
+        assert (opt["name"], opt["lr"], opt["weight_decay"], opt["betas"]) == (
+            "adam",
+            1e-5,
+            1e-4,
+            [0.9, 0.99],
+        )  # ASAP-R8
         assert (cfg["eval"]["normalize"], cfg["eval"]["distance"]) == ("lipschitz", "euclidean"), run.run_id  # ASAP-R32
         proxy = run.method in PROXY_BASELINES
         assert opt["lr_mult"]["loss"] == (100.0 if proxy else 1.0), run.run_id
@@ -536,8 +641,11 @@ def test_asap_per_dataset_values_match_dmlrepro_asap_settings(runs):
             if want["loss_name"].startswith("asap_"):
                 asap = cfg["asap"]
                 assert asap["enabled"] and asap["alternate"] == want["alternate"], run.run_id
-                assert (asap["b"], asap["lam"], asap["projection_patience"]) == \
-                    (want["b"], pytest.approx(want["lam"]), want["projection_patience"]), run.run_id
+                assert (asap["b"], asap["lam"], asap["projection_patience"]) == (
+                    want["b"],
+                    pytest.approx(want["lam"]),
+                    want["projection_patience"],
+                ), run.run_id
             else:
                 assert not (cfg.get("asap") or {}).get("enabled"), run.run_id
             checked += 1
@@ -545,7 +653,9 @@ def test_asap_per_dataset_values_match_dmlrepro_asap_settings(runs):
             base, size = ASAP_XBM[run.method]
             hp = dict(cfg["loss"]["hparams"])
             assert cfg["loss"]["name"] == f"xbm_{base}", run.run_id
-            assert (hp.pop("memory_size"), hp.pop("start_step")) == (XBM_BATCHES[size][run.dataset] * 32, 1000), run.run_id
+            assert (hp.pop("memory_size"), hp.pop("start_step")) == (XBM_BATCHES[size][run.dataset] * 32, 1000), (
+                run.run_id
+            )
             assert hp == pytest.approx(SETTINGS[name][base]), run.run_id
             checked += 1
         elif run.method in SOFT_TRIPLE:
@@ -553,8 +663,9 @@ def test_asap_per_dataset_values_match_dmlrepro_asap_settings(runs):
             k = SOFT_TRIPLE[run.method][run.dataset]
             # τ (the centre regulariser, App. A.2) only where there is more than one centre per class
             tau = {"tau": {"cub200": 0.2, "cars196": 0.0669, "inshop": 0.2, "sop": 0.2}[run.dataset]} if k > 1 else {}
-            assert cfg["loss"]["hparams"] == pytest.approx(dict(centers_per_class=k, la=la, gamma=gamma, margin=margin,
-                                                                **tau))
+            assert cfg["loss"]["hparams"] == pytest.approx(
+                dict(centers_per_class=k, la=la, gamma=gamma, margin=margin, **tau)
+            )
             checked += 1
         elif run.method == "proxy_nca_pp":
             assert cfg["loss"] == {"name": "proxy_nca", "hparams": {"softmax_scale": pytest.approx(1 / 0.1)}}
@@ -575,7 +686,12 @@ def test_asap_mnist_proof_of_concept(runs):
         cfg = resolve_run_config(pair[method].config)  # every default filled (run.config drops late defaults)
         model, data, v, asap = cfg["model"], cfg["dataset"], cfg["validation"], cfg["asap"]
         assert (model["backbone"], model["pretrained"], model["embedding_size"]) == ("resnetv2_20", False, 2)
-        assert (data["name"], data["image_size"], data["train_split"], data["test_split"]) == ("mnist", 28, "train", "test")
+        assert (data["name"], data["image_size"], data["train_split"], data["test_split"]) == (
+            "mnist",
+            28,
+            "train",
+            "test",
+        )
         assert (v["split"], v["fraction"], v["patience"]) == ("samples", 0.1, 60)
         assert cfg["loss"]["name"] == "asap_c2" and cfg["loss"]["hparams"]["proxies_per_class"] == 4
         assert (asap["enabled"], asap["b"], asap["max_alternations"], asap["proxies"]) == (True, 16, 4, proxies)
@@ -607,22 +723,35 @@ def test_asap_figure_protocols(runs):
             v = run.config["validation"]
             assert (v["split"], v["n_folds"], v["fold"], v["patience"]) == ("fold", 3, 0, 60), (name, run.run_id)
             assert run.dataset in ("cub200", "cars196"), (name, run.run_id)
-    grid = {(r.config["loss"]["hparams"]["proxies_per_class"], r.config["asap"]["b"], r.dataset)
-            for r in experiment_runs(runs, "asap_fig3_proxies_pool")}
+    grid = {
+        (r.config["loss"]["hparams"]["proxies_per_class"], r.config["asap"]["b"], r.dataset)
+        for r in experiment_runs(runs, "asap_fig3_proxies_pool")
+    }
     assert grid == {(p, b, d) for p in (1, 2, 4, 8) for b in (1, 4, 8, 12, 16) for d in ("cub200", "cars196")}
     (fig7,) = experiment_runs(runs, "asap_fig7_geometry")
     assert fig7.method == "c2_asap" and fig7.config["asap"]["save_val_embeddings"] and fig7.dataset == "cub200"
-    batches = {(r.method, r.dataset, r.config["dataset"]["batch_size"], r.config["validation"]["fold"])
-               for r in experiment_runs(runs, "asap_fig8_batch")}
-    assert batches == {(m, d, b, f) for m in ("c2", "c2_asap") for d in ("cub200", "cars196")
-                       for b in (16, 32, 64, 128) for f in range(4)}
+    batches = {
+        (r.method, r.dataset, r.config["dataset"]["batch_size"], r.config["validation"]["fold"])
+        for r in experiment_runs(runs, "asap_fig8_batch")
+    }
+    assert batches == {
+        (m, d, b, f)
+        for m in ("c2", "c2_asap")
+        for d in ("cub200", "cars196")
+        for b in (16, 32, 64, 128)
+        for f in range(4)
+    }
     assert all(r.config["dataset"]["m"] == 4 for r in experiment_runs(runs, "asap_fig8_batch"))
     table1 = {r.run_id for r in experiment_runs(runs, "asap_table1")}
-    assert {r.run_id for r in experiment_runs(runs, "asap_fig8_batch") if r.config["dataset"]["batch_size"] == 32} <= table1
+    assert {
+        r.run_id for r in experiment_runs(runs, "asap_fig8_batch") if r.config["dataset"]["batch_size"] == 32
+    } <= table1
     for run in experiment_runs(runs, "asap_fig5_s_vs_l"):
         assert run.config["validation"]["n_folds"] == 4 and run.dataset in ("inshop", "sop"), run.run_id
     # Fig. 4(b) and the cost profile draw on Table 1's runs only
-    assert {r.run_id for name in ("asap_fig4b_steps", "asap_cost_profile") for r in experiment_runs(runs, name)} <= table1
+    assert {
+        r.run_id for name in ("asap_fig4b_steps", "asap_cost_profile") for r in experiment_runs(runs, name)
+    } <= table1
 
 
 def test_pfml_mlrc_engine(runs):
@@ -637,21 +766,28 @@ def test_pfml_mlrc_engine(runs):
             v = cfg["validation"]
             assert (v["split"], v["n_folds"], v["scheme"], v["metric"]) == ("fold", 4, "mlrc", "map@r"), run.run_id
             assert (v["patience"], cfg["steps_per_epoch"]) == ((9, 200) if dataset == "cub200" else (14, 500))
-            assert cfg["steps_per_epoch"] * cfg["epochs"] == 1000 * 100, run.run_id   # 1000 MLRC epochs of 100
+            assert cfg["steps_per_epoch"] * cfg["epochs"] == 1000 * 100, run.run_id  # 1000 MLRC epochs of 100
             model, data, opt = cfg["model"], cfg["dataset"], cfg["optimizer"]
             assert (model["backbone"], model["preset"], model["embedding_size"]) == ("bn_inception", "mlrc", 128)
-            assert (data["image_size"], data["resize"], data["scale"], data["batch_size"], data["m"]) == \
-                (227, 256, [0.16, 1.0], 32, 4), run.run_id
+            assert (data["image_size"], data["resize"], data["scale"], data["batch_size"], data["m"]) == (
+                227,
+                256,
+                [0.16, 1.0],
+                32,
+                4,
+            ), run.run_id
             assert (opt["name"], opt["lr"], opt["weight_decay"], opt["momentum"]) == ("rmsprop", 1e-6, 1e-4, 0.9)
-            assert cfg["schedule"]["name"] == "none" and cfg["bn_freeze"]["running_stats"] and cfg["bn_freeze"]["affine"]
+            assert (
+                cfg["schedule"]["name"] == "none" and cfg["bn_freeze"]["running_stats"] and cfg["bn_freeze"]["affine"]
+            )
             assert cfg["eval"]["select"] == "best_val" and cfg["loss"]["name"] == "pfml", run.run_id
             assert cfg["loss"]["hparams"]["proxies_per_class"] == 15, run.run_id
     assert cells == {(d, s, f) for d in ("cub200", "cars196") for s in range(5) for f in range(4)}
 
 
 def test_asap_fig2_is_an_opt_in_search(config):
-    """ASAP Fig. 2 (ASAP-R27): left out unless chosen (opt_in), then one search of λ ({0} ∪ log-U[1e-6, 1]) × P (1..12), ~35
-    trials, over C2-ASAP on CUB's ablation split with b = 12; no runs of its own."""
+    """ASAP Fig. 2 (ASAP-R27): left out unless chosen (opt_in), then one search of λ ({0} ∪ log-U[1e-6, 1])
+    × P (1..12), ~35 trials, over C2-ASAP on CUB's ablation split with b = 12; no runs of its own."""
     from dmlrepro.runs import active_experiments
     from dmlrepro.tuning.searches import search_runs
 
@@ -666,7 +802,7 @@ def test_asap_fig2_is_an_opt_in_search(config):
     cfg = search.config
     assert search.method == "c2_asap" and search.dataset == "cub200" and cfg["asap"]["b"] == 12
     assert (cfg["validation"]["n_folds"], cfg["validation"]["fold"]) == (3, 0)
-    assert not resolve_runs(chosen).keys() - resolve_runs(config).keys()   # a search trains no workflow run
+    assert not resolve_runs(chosen).keys() - resolve_runs(config).keys()  # a search trains no workflow run
 
 
 def test_rsw_reality_check_is_opt_in_search_then_final(config):
@@ -681,11 +817,14 @@ def test_rsw_reality_check_is_opt_in_search_then_final(config):
     assert not set(names) & set(active_experiments(config))
     chosen = {**config, "opt_in": names}
     searches = search_runs(chosen)
-    losses = {"cub200": {"contrastive", "cosface", "arcface", "proxy_anchor", "proxy_nca_pp", "hist", "rsw"},
-              "cars196": {"multi_similarity", "cosface", "soft_triple", "proxy_anchor", "proxy_nca_pp", "hist", "rsw"},
-              "sop": {"proxy_nca", "normalized_softmax", "arcface", "proxy_anchor", "proxy_nca_pp", "rsw"}}
+    losses = {
+        "cub200": {"contrastive", "cosface", "arcface", "proxy_anchor", "proxy_nca_pp", "hist", "rsw"},
+        "cars196": {"multi_similarity", "cosface", "soft_triple", "proxy_anchor", "proxy_nca_pp", "hist", "rsw"},
+        "sop": {"proxy_nca", "normalized_softmax", "arcface", "proxy_anchor", "proxy_nca_pp", "rsw"},
+    }
     assert {(s.dataset, s.method.removeprefix("rc_")) for s in searches.values()} == {
-        (d, m) for d, ms in losses.items() for m in ms}
+        (d, m) for d, ms in losses.items() for m in ms
+    }
     backbone = {"cub200": "resnet50", "cars196": "resnet50", "sop": "bn_inception"}
     for search in searches.values():
         (name,) = search.experiments
@@ -698,9 +837,14 @@ def test_rsw_reality_check_is_opt_in_search_then_final(config):
         assert cfg["followup"]["trigger"] == "plateau"  # two phases, each until validation plateaus [P]
         space = parse_space(spec["space"])
         assert {"optimizer.lr", "followup.lr"} <= {p.key for p in space} and len(space) >= 3  # and the loss's own
-        runs = final_runs(chosen, name, search, {p.key: p.example() for p in space},
-                          {"epochs": 35, "followup_epochs": 10})
+        runs = final_runs(
+            chosen, name, search, {p.key: p.example() for p in space}, {"epochs": 35, "followup_epochs": 10}
+        )
         complete = [r for r in runs.values() if r.experiments[name].get(COMPLETE_KEY)]
         assert len(runs) == 10 * 4 + 10 and len(complete) == 10
-        assert all(r.config["model"]["embedding_size"] == 512 and r.config["validation"]["split"] is None
-                   and (r.config["epochs"], r.config["followup"]["epochs"]) == (35, 10) for r in complete)
+        assert all(
+            r.config["model"]["embedding_size"] == 512
+            and r.config["validation"]["split"] is None
+            and (r.config["epochs"], r.config["followup"]["epochs"]) == (35, 10)
+            for r in complete
+        )

@@ -3,6 +3,7 @@ that changes a run's identity fails here. A deliberate change of an experiment (
 run) pins the new list with the explicit `python tests/config/test_run_ids_pinned.py --rewrite`
 (docs/testing.md; say in the commit which ids changed and why); run without `--rewrite` the script
 only says which ids differ and writes nothing."""
+
 import argparse
 import subprocess
 import sys
@@ -37,8 +38,12 @@ def test_the_script_writes_nothing_unless_told_to(tmp_path):
     --rewrite pins the resolved ids."""
     pinned = tmp_path / "run_ids_config.txt"
     pinned.write_text("an-old-run-id\n")
-    done = subprocess.run([sys.executable, __file__, "--pinned", str(tmp_path), "--config", "config"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, __file__, "--pinned", str(tmp_path), "--config", "config"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 1 and "nothing written" in done.stdout and "-['an-old-run-id']" in done.stdout, done
     assert pinned.read_text() == "an-old-run-id\n"
     assert main(["--pinned", str(tmp_path), "--config", "config", "--rewrite"]) == 0
@@ -46,10 +51,14 @@ def test_the_script_writes_nothing_unless_told_to(tmp_path):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=f"Compare the run ids of config/{{{','.join(CONFIGS)}}}.yaml with the "
-                                                 "pinned ones (exit 1 when they differ); --rewrite pins them.")
+    parser = argparse.ArgumentParser(
+        description=f"Compare the run ids of config/{{{','.join(CONFIGS)}}}.yaml with the "
+        "pinned ones (exit 1 when they differ); --rewrite pins them."
+    )
     parser.add_argument("--rewrite", action="store_true", help="write the resolved ids into the pinned files")
-    parser.add_argument("--pinned", type=Path, default=PINNED, help=f"the folder of the pinned files (default {PINNED})")
+    parser.add_argument(
+        "--pinned", type=Path, default=PINNED, help=f"the folder of the pinned files (default {PINNED})"
+    )
     parser.add_argument("--config", action="append", choices=CONFIGS, help="only this config (repeatable)")
     args = parser.parse_args(argv)
     status = 0

@@ -1,5 +1,6 @@
 """`dmlrepro runs` checks the workflow config against workflow/schemas/config.schema.yaml, as the
 workflow's common.smk does, before it resolves the runs."""
+
 from pathlib import Path
 
 import yaml

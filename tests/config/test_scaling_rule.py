@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PAPER_EXPERIMENT = {
     **{m: "pfml_table1" for m in ("pfml", "cpml", "proxy_anchor", "proxy_nca", "multi_similarity", "triplet")},
     "hist": "pfml_table2_label_noise",
-    "rsw": "rsw_table4_corruptions", "rsw_eq4": "rsw_table4_corruptions",
+    "rsw": "rsw_table4_corruptions",
+    "rsw_eq4": "rsw_table4_corruptions",
     **{m: "asap_table1" for m in ("c2", "c2_xbm", "c2_asap")},
 }
 #: loss -> its hyperparameters that are distances, with the power of the distance scale they carry (RSW:
@@ -38,8 +39,11 @@ DISTANCE_KEYS = {"rsw": {"alpha": 1, "scale": -1}}
 #: sizes tied to the embedding size D (HIST's HGNN is D wide in the code)
 EMBEDDING_SIZED_KEYS = {"hist": {"hgnn_hidden"}}
 #: the comparisons whose methods must train equally long (a claim's cells)
-COMPARISONS = [{"pfml", "cpml", "proxy_anchor", "proxy_nca", "multi_similarity", "triplet", "hist"},
-               {"rsw", "rsw_eq4"}, {"c2", "c2_xbm", "c2_asap"}]
+COMPARISONS = [
+    {"pfml", "cpml", "proxy_anchor", "proxy_nca", "multi_similarity", "triplet", "hist"},
+    {"rsw", "rsw_eq4"},
+    {"c2", "c2_xbm", "c2_asap"},
+]
 
 
 def _yaml(name):
@@ -47,15 +51,25 @@ def _yaml(name):
 
 
 #: miniature method -> the miniature's experiment that compares it in a headline claim
-MINIATURE_EXPERIMENT = {**PAPER_EXPERIMENT, "hist": "pfml_table2_label_noise", "rsw": "rsw_table1", "rsw_eq4": "rsw_table1"}
+MINIATURE_EXPERIMENT = {
+    **PAPER_EXPERIMENT,
+    "hist": "pfml_table2_label_noise",
+    "rsw": "rsw_table1",
+    "rsw_eq4": "rsw_table1",
+}
 
 
 @pytest.fixture(scope="module")
 def miniature_runs():
     miniature = _yaml("miniature")
-    return {m: next(r.config for r in resolve_runs(miniature, [e]).values() if r.method == m and r.seed == 0
-                    and r.config.get("validation", {}).get("fold", 0) == 0)
-            for m, e in MINIATURE_EXPERIMENT.items()}
+    return {
+        m: next(
+            r.config
+            for r in resolve_runs(miniature, [e]).values()
+            if r.method == m and r.seed == 0 and r.config.get("validation", {}).get("fold", 0) == 0
+        )
+        for m, e in MINIATURE_EXPERIMENT.items()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +106,11 @@ def rule_violations(mini, paper, method, scale):
     out = []
 
     def check(name, value, want, rel=0.01):
-        ok = value == want if not isinstance(want, float) or not isinstance(value, (int, float)) else \
-            math.isclose(value, want, rel_tol=rel) or (math.isinf(want) and value == want)
+        ok = (
+            value == want
+            if not isinstance(want, float) or not isinstance(value, (int, float))
+            else math.isclose(value, want, rel_tol=rel) or (math.isinf(want) and value == want)
+        )
         if not ok:
             out.append((name, value, want))
 
@@ -127,7 +144,11 @@ def rule_violations(mini, paper, method, scale):
         check("validation.patience", mini["validation"]["patience"], paper["validation"]["patience"])
         check("steps_per_epoch", mini["steps_per_epoch"], paper["steps_per_epoch"])
     if paper["schedule"]["name"] == "step":
-        check("schedule.step share", mini["schedule"]["step"] / mini["epochs"], paper["schedule"]["step"] / paper["epochs"])
+        check(
+            "schedule.step share",
+            mini["schedule"]["step"] / mini["epochs"],
+            paper["schedule"]["step"] / paper["epochs"],
+        )
     return out
 
 
@@ -145,8 +166,14 @@ def test_the_measured_scale_is_the_ratio_of_rsws_head_norms(scale):
 
 def test_the_methods_of_a_comparison_train_equally_long(miniature_runs):
     for methods in COMPARISONS:
-        lengths = {m: (miniature_runs[m]["epochs"], miniature_runs[m]["steps_per_epoch"],
-                       miniature_runs[m]["dataset"]["batch_size"]) for m in methods}
+        lengths = {
+            m: (
+                miniature_runs[m]["epochs"],
+                miniature_runs[m]["steps_per_epoch"],
+                miniature_runs[m]["dataset"]["batch_size"],
+            )
+            for m in methods
+        }
         assert len(set(lengths.values())) == 1, lengths
 
 

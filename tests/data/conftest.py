@@ -85,7 +85,15 @@ def tiny_cub(n_classes: int = 4, per_class: int = 3, drop: str | None = None) ->
 def cars_mat_bytes(rel_paths: list[str], classes: list[int]) -> bytes:
     from scipy.io import savemat
 
-    dt = [("relative_im_path", "O"), ("bbox_x1", "O"), ("bbox_y1", "O"), ("bbox_x2", "O"), ("bbox_y2", "O"), ("class", "O"), ("test", "O")]
+    dt = [
+        ("relative_im_path", "O"),
+        ("bbox_x1", "O"),
+        ("bbox_y1", "O"),
+        ("bbox_x2", "O"),
+        ("bbox_y2", "O"),
+        ("class", "O"),
+        ("test", "O"),
+    ]
     ann = np.zeros((1, len(rel_paths)), dtype=dt)
     for i, (p, c) in enumerate(zip(rel_paths, classes)):
         ann[0, i] = (p, 1, 1, 10, 10, c, i % 2)
@@ -98,7 +106,7 @@ def cars_mat_bytes(rel_paths: list[str], classes: list[int]) -> bytes:
 def tiny_cars(n_classes: int = 4, per_class: int = 3) -> TinyDataset:
     members, rel, cls, rows = {}, [], [], []
     k = 0
-    for j in range(per_class):  # interleave classes, as the real file is ordered by image number
+    for _ in range(per_class):  # interleave classes, as the real file is ordered by image number
         for c in range(1, n_classes + 1):
             k += 1
             p = f"car_ims/{k:06d}.jpg"
@@ -131,9 +139,12 @@ def tiny_sop(n_train_classes: int = 3, n_test_classes: int = 2, per_class: int =
 def tiny_inshop() -> TinyDataset:
     # item ids deliberately not in sorted order in the file; two train items, two test items
     spec = [
-        ("id_00000009", "train", 2), ("id_00000002", "train", 2),
-        ("id_00000007", "query", 1), ("id_00000007", "gallery", 2),
-        ("id_00000004", "query", 1), ("id_00000004", "gallery", 1),
+        ("id_00000009", "train", 2),
+        ("id_00000002", "train", 2),
+        ("id_00000007", "query", 1),
+        ("id_00000007", "gallery", 2),
+        ("id_00000004", "query", 1),
+        ("id_00000004", "gallery", 1),
     ]
     members, lines, rows, items = {}, [], [], []
     label = {"id_00000002": 0, "id_00000009": 1, "id_00000004": 2, "id_00000007": 3}
@@ -164,8 +175,9 @@ def tiny_mnist(name: str = "mnist", train_per_class: int = 3, test_per_class: in
     """The four MNIST .gz files (in the release's order) with random 28x28 images, 3 per class in
     train and 2 in test by default, classes interleaved as in the release; ``pixels``: manifest path -> image."""
     files, rows, pixels = {}, [], {}
-    for seed, (split, prefix, per_class) in enumerate((("train", "train", train_per_class),
-                                                       ("test", "t10k", test_per_class))):
+    for seed, (split, prefix, per_class) in enumerate(
+        (("train", "train", train_per_class), ("test", "t10k", test_per_class))
+    ):
         rng = np.random.default_rng(seed)
         labels = np.concatenate([rng.permutation(10) for _ in range(per_class)]).astype(np.uint8)
         images = rng.integers(0, 256, (len(labels), 28, 28), dtype=np.uint8)

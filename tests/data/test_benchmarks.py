@@ -33,7 +33,16 @@ def assert_not_prepared(root, name):
     if ds.exists():
         hidden = [p.name for p in ds.iterdir() if p.name.startswith((".staging-", ".extract-"))]
         assert hidden == []
-        layout = {"CUB_200_2011", "car_ims", "Stanford_Online_Products", "Img", "Eval", "cars_annos.mat", "images", "raw"}
+        layout = {
+            "CUB_200_2011",
+            "car_ims",
+            "Stanford_Online_Products",
+            "Img",
+            "Eval",
+            "cars_annos.mat",
+            "images",
+            "raw",
+        }
         assert not layout & {p.name for p in ds.iterdir()}
     with pytest.raises(ManifestError, match="manifest not found"):
         read_manifest(ds)
@@ -88,8 +97,10 @@ def test_cars_base_url_and_user_placed_files(tmp_path, server):
     check_manifest(tmp_path / "b", tiny)
     assert len(server.requests) == n
     # files passed with --archive (a folder holding them)
-    code = cli_main(["prepare", "cars196", "--root", str(tmp_path / "c"), "--archive", str(arch), "--quiet",
-                     "--no-strict-counts"] + [f"--md5={f}={v}" for f, v in tiny.md5.items()])
+    code = cli_main(
+        ["prepare", "cars196", "--root", str(tmp_path / "c"), "--archive", str(arch), "--quiet", "--no-strict-counts"]
+        + [f"--md5={f}={v}" for f, v in tiny.md5.items()]
+    )
     assert code == 0
     check_manifest(tmp_path / "c", tiny)
 
@@ -111,7 +122,11 @@ def test_wrong_md5_official_default(tmp_path, server):
     with pytest.raises(ChecksumError) as e:
         prepare("cub200", tmp_path, urls=urls, progress=False)
     msg = str(e.value)
-    assert "CUB_200_2011.tgz" in msg and "97eceeb196236b17998738112f37df78" in msg and md5_of(tiny.files["CUB_200_2011.tgz"]) in msg
+    assert (
+        "CUB_200_2011.tgz" in msg
+        and "97eceeb196236b17998738112f37df78" in msg
+        and md5_of(tiny.files["CUB_200_2011.tgz"]) in msg
+    )
     assert "download" in msg  # what to do
     assert_not_prepared(tmp_path, "cub200")
     assert list((tmp_path / "cub200" / "archives").iterdir()) == []  # no .part, no unverified file
@@ -171,8 +186,13 @@ def test_resume_within_one_run(tmp_path, server):
 
 @pytest.mark.parametrize(
     "drop, match",
-    [("CUB_200_2011/image_class_labels.txt", "expected CUB_200_2011/image_class_labels.txt"),
-     ("CUB_200_2011/images/001.Bird_1/Bird_1_0000.jpg", "'CUB_200_2011/images/001.Bird_1/Bird_1_0000.jpg' is listed")],
+    [
+        ("CUB_200_2011/image_class_labels.txt", "expected CUB_200_2011/image_class_labels.txt"),
+        (
+            "CUB_200_2011/images/001.Bird_1/Bird_1_0000.jpg",
+            "'CUB_200_2011/images/001.Bird_1/Bird_1_0000.jpg' is listed",
+        ),
+    ],
 )
 def test_wrong_layout(tmp_path, server, drop, match):
     tiny = tiny_cub(drop=drop)
@@ -186,9 +206,17 @@ def test_wrong_layout_other_archive(tmp_path, server):
     """A SOP zip served as CUB: md5 accepted by override, the layout check stops it."""
     sop = TINY["sop"]()
     server.files["CUB_200_2011.tgz"] = sop.files["Stanford_Online_Products.zip"]
-    with pytest.raises(LayoutError, match=r"CUB_200_2011.tgz: expected CUB_200_2011/images.txt .*Stanford_Online_Products"):
-        prepare("cub200", tmp_path, urls=[server.url + "CUB_200_2011.tgz"],
-                md5={"CUB_200_2011.tgz": None}, strict_counts=False, progress=False)
+    with pytest.raises(
+        LayoutError, match=r"CUB_200_2011.tgz: expected CUB_200_2011/images.txt .*Stanford_Online_Products"
+    ):
+        prepare(
+            "cub200",
+            tmp_path,
+            urls=[server.url + "CUB_200_2011.tgz"],
+            md5={"CUB_200_2011.tgz": None},
+            strict_counts=False,
+            progress=False,
+        )
     assert_not_prepared(tmp_path, "cub200")
 
 
@@ -202,8 +230,17 @@ def test_strict_counts(tmp_path, server):
     assert "--no-strict-counts" in msg
     assert_not_prepared(tmp_path, "cub200")
     # strict mode with the counts this archive really has goes through the same code path
-    bench = dataclasses.replace(BENCHMARKS["cub200"], expected_counts={
-        "images": 12, "classes": 4, "train_images": 6, "test_images": 6, "train_classes": 2, "test_classes": 2})
+    bench = dataclasses.replace(
+        BENCHMARKS["cub200"],
+        expected_counts={
+            "images": 12,
+            "classes": 4,
+            "train_images": 6,
+            "test_images": 6,
+            "train_classes": 2,
+            "test_classes": 2,
+        },
+    )
     prepare_benchmark(bench, tmp_path, urls=urls, md5=tiny.md5, strict_counts=True, progress=False)
     check_manifest(tmp_path, tiny)
 
@@ -221,10 +258,30 @@ def test_cli(tmp_path, server, capsys):
     tiny = tiny_cub()
     url = serve(server, tiny)[0]
     md5 = tiny.md5["CUB_200_2011.tgz"]
-    assert cli_main(["prepare", "cub200", "--root", str(tmp_path), "--url", url, "--md5", f"CUB_200_2011.tgz={md5}", "--quiet"]) == 1
+    assert (
+        cli_main(
+            ["prepare", "cub200", "--root", str(tmp_path), "--url", url, "--md5", f"CUB_200_2011.tgz={md5}", "--quiet"]
+        )
+        == 1
+    )
     assert "expected 11788" in capsys.readouterr().err
-    assert cli_main(["prepare", "cub200", "--root", str(tmp_path), "--url", url, "--md5", f"CUB_200_2011.tgz={md5}",
-                     "--no-strict-counts", "--quiet"]) == 0
+    assert (
+        cli_main(
+            [
+                "prepare",
+                "cub200",
+                "--root",
+                str(tmp_path),
+                "--url",
+                url,
+                "--md5",
+                f"CUB_200_2011.tgz={md5}",
+                "--no-strict-counts",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     assert "images=12" in capsys.readouterr().out
     assert cli_main(["list", "--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -238,8 +295,14 @@ def test_wrong_layout_cars_mat(tmp_path, server):
     tiny.files["cars_annos.mat"] = _bad_mat()
     serve(server, tiny)
     with pytest.raises(LayoutError, match=r"cars_annos.mat: cannot read the 'annotations' struct"):
-        prepare("cars196", tmp_path, urls=[server.url], md5={"car_ims.tgz": None, "cars_annos.mat": None},
-                strict_counts=False, progress=False)
+        prepare(
+            "cars196",
+            tmp_path,
+            urls=[server.url],
+            md5={"car_ims.tgz": None, "cars_annos.mat": None},
+            strict_counts=False,
+            progress=False,
+        )
     assert_not_prepared(tmp_path, "cars196")
 
 
@@ -253,11 +316,14 @@ def _bad_mat() -> bytes:
     return buf.getvalue()
 
 
-@pytest.mark.parametrize("edit, match", [
-    (lambda t: b"99" + t[t.index(b"\n"):], "declares 99 images but lists 9"),
-    (lambda t: t.replace(b"evaluation_status", b"status", 1), "line 2 must be the header"),
-    (lambda t: t.replace(b"  query", b"  val", 1), r"unknown evaluation_status \['val'\]"),
-])
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda t: b"99" + t[t.index(b"\n") :], "declares 99 images but lists 9"),
+        (lambda t: t.replace(b"evaluation_status", b"status", 1), "line 2 must be the header"),
+        (lambda t: t.replace(b"  query", b"  val", 1), r"unknown evaluation_status \['val'\]"),
+    ],
+)
 def test_wrong_layout_inshop_partition(tmp_path, server, edit, match):
     tiny = TINY["inshop"]()
     tiny.files["list_eval_partition.txt"] = edit(tiny.files["list_eval_partition.txt"])

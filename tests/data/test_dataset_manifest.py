@@ -30,7 +30,12 @@ def tiny(tmp_path):
         arrays.append(a)
     (tmp_path / "img" / "grey.png").parent.mkdir(exist_ok=True)
     Image.fromarray(arrays[0][..., 0]).save(tmp_path / "img" / "grey.png")
-    paths.append("img/grey.png"), labels.append(3), splits.append("test"), arrays.append(np.repeat(arrays[0][..., :1], 3, -1))
+    (
+        paths.append("img/grey.png"),
+        labels.append(3),
+        splits.append("test"),
+        arrays.append(np.repeat(arrays[0][..., :1], 3, -1)),
+    )
     return write_manifest(tmp_path / "manifest.csv", paths, labels, splits), arrays
 
 
@@ -61,11 +66,11 @@ def test_cache_images_reads_each_file_once_and_survives_in_place_transforms(tiny
     cached = ManifestDataset(path, transform=scribble, cache_images=True)
     for _ in range(3):
         assert all(int(cached[i][0].sum()) == 0 for i in range(len(cached)))
-    assert len(reads) == 13                                   # each file decoded once in 3 passes
+    assert len(reads) == 13  # each file decoded once in 3 passes
     plain = ManifestDataset(path, cache_images=True)
     for i in range(len(plain)):
         assert np.array_equal(plain[i][0].permute(1, 2, 0).numpy(), arrays[i])
-        assert np.array_equal(plain[i][0].permute(1, 2, 0).numpy(), arrays[i])   # cached copy, same pixels
+        assert np.array_equal(plain[i][0].permute(1, 2, 0).numpy(), arrays[i])  # cached copy, same pixels
     reads.clear()
     uncached = ManifestDataset(path)
     uncached[0], uncached[0]
@@ -118,10 +123,23 @@ def test_manifest_validation(tmp_path):
 
 
 def test_manifest_roundtrip_and_counts(tmp_path):
-    p = write_manifest(tmp_path / "d" / "manifest.csv", ["a b.png", "c,d.png", "e.png"], [0, 1, 2],
-                       ["train", "query", "gallery"], item_ids=["id_1", "id_2", "id_2"])
+    p = write_manifest(
+        tmp_path / "d" / "manifest.csv",
+        ["a b.png", "c,d.png", "e.png"],
+        [0, 1, 2],
+        ["train", "query", "gallery"],
+        item_ids=["id_1", "id_2", "id_2"],
+    )
     m = read_manifest(tmp_path / "d")
     assert m.paths == ["a b.png", "c,d.png", "e.png"] and m.item_ids == ["id_1", "id_2", "id_2"]
-    assert m.counts() == {"images": 3, "classes": 3, "train_images": 1, "train_classes": 1,
-                          "query_images": 1, "query_classes": 1, "gallery_images": 1, "gallery_classes": 1}
+    assert m.counts() == {
+        "images": 3,
+        "classes": 3,
+        "train_images": 1,
+        "train_classes": 1,
+        "query_images": 1,
+        "query_classes": 1,
+        "gallery_images": 1,
+        "gallery_classes": 1,
+    }
     assert [x.name for x in p.parent.iterdir()] == ["manifest.csv"]  # no temp files left

@@ -32,6 +32,11 @@ def test_no_store_over_the_limit_or_when_it_does_not_add_up(tmp_path, monkeypatc
     monkeypatch.setattr(decoded, "MAX_MB", 3 * 8 * 12 / 2**20)  # less than the images' bytes
     folder, _ = _prepare(tmp_path, [(8, 12), (10, 10)])
     assert not (folder / decoded.DECODED_NAME).exists() and decoded.read_decoded(folder) == {}
-    np.savez(folder / decoded.DECODED_NAME, pixels=np.zeros(10, np.uint8), paths=np.asarray(["0.png"]),
-             heights=np.asarray([8]), widths=np.asarray([12]))  # 10 bytes for a 288-byte image
+    np.savez(
+        folder / decoded.DECODED_NAME,
+        pixels=np.zeros(10, np.uint8),
+        paths=np.asarray(["0.png"]),
+        heights=np.asarray([8]),
+        widths=np.asarray([12]),
+    )  # 10 bytes for a 288-byte image
     assert decoded.read_decoded(folder) == {}

@@ -8,7 +8,6 @@ from dmlrepro.data.download import ChecksumError, DownloadError, download, md5su
 
 from .conftest import md5_of
 
-
 DATA = bytes(range(256)) * 400
 
 
@@ -30,7 +29,7 @@ def test_restart_when_range_ignored(tmp_path, server):
 
 
 def test_404_fails_fast_with_advice(tmp_path, server):
-    with pytest.raises(DownloadError, match=r"404.*place it at") as e:
+    with pytest.raises(DownloadError, match=r"404.*place it at"):
         download(server.url + "missing.bin", tmp_path / "missing.bin", progress=False, backoff=0)
     assert len(server.requests) == 1  # not retried
     assert not os.listdir(tmp_path)
@@ -45,7 +44,8 @@ def test_checksum_mismatch_removes_partial(tmp_path, server):
 
 
 def test_md5sum():
-    import hashlib, tempfile
+    import hashlib
+    import tempfile
 
     with tempfile.NamedTemporaryFile() as f:
         f.write(DATA)

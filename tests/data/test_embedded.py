@@ -14,8 +14,7 @@ from dmlrepro.data.sanity import recall_at_1
 
 
 def tree_digest(folder) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.md5(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*.png"))}
+    return {str(p.relative_to(folder)): hashlib.md5(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*.png"))}
 
 
 def test_synthetic_default_and_timing(tmp_path):

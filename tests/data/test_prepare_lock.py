@@ -18,15 +18,19 @@ from dmlrepro.data.prepared import LOCK_NAME
 
 pytestmark = pytest.mark.slow  # two subprocesses that import torch (to decode): ~11 s
 
-PREPARE = ("from dmlrepro.data.registry import prepare; "
-           "prepare('synthetic', {root!r}, progress=False, force=True, num_classes=4, images_per_class=8)")
+PREPARE = (
+    "from dmlrepro.data.registry import prepare; "
+    "prepare('synthetic', {root!r}, progress=False, force=True, num_classes=4, images_per_class=8)"
+)
 
 
 def test_a_second_preparation_waits_for_the_first_then_both_succeed(tmp_path):
     lock = FileLock(tmp_path / "synthetic" / LOCK_NAME)
     lock.acquire()  # a preparation under way
-    procs = [subprocess.Popen([sys.executable, "-c", PREPARE.format(root=str(tmp_path))], stderr=subprocess.PIPE,
-                              text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", PREPARE.format(root=str(tmp_path))], stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     time.sleep(2)
     assert all(p.poll() is None for p in procs)  # both wait ...
     assert not list((tmp_path / "synthetic").glob(".staging-*"))  # ... before touching the folder
@@ -37,4 +41,3 @@ def test_a_second_preparation_waits_for_the_first_then_both_succeed(tmp_path):
     manifest = read_manifest(tmp_path / "synthetic" / "manifest.csv")
     decoded = read_decoded(tmp_path / "synthetic")
     assert len(manifest) == len(decoded) == 4 * 8 and all(manifest.abspath(i).is_file() for i in range(len(manifest)))
-

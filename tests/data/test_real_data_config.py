@@ -10,8 +10,7 @@ import pytest
 import yaml
 
 from dmlrepro.report.sections import check_report
-from dmlrepro.runs import main as runs_main
-from dmlrepro.runs import resolve_runs
+from dmlrepro.runs import main as runs_main, resolve_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = ROOT / "config" / "real_data.yaml"
@@ -48,5 +47,6 @@ def test_comparisons_have_three_seeds(real):
         if run.method == "c2_proxy_mnist":
             other = asap[run.seed]
             assert run.config["asap"] == {**other["asap"], "lam": 0.0, "alternate": False}
-            assert {k: v for k, v in run.config.items() if k != "asap"} == \
-                   {k: v for k, v in other.items() if k != "asap"}
+            assert {k: v for k, v in run.config.items() if k != "asap"} == {
+                k: v for k, v in other.items() if k != "asap"
+            }

@@ -99,15 +99,21 @@ def _pml_reference(labels, m, batch_size, length, seed, epoch):
 _LAYOUTS = {
     "uneven": np.repeat(np.arange(30), np.random.default_rng(0).integers(4, 15, size=30)),
     "fewer_than_m": np.repeat(np.arange(12), np.random.default_rng(1).integers(1, 7, size=12)),
-    "interleaved_unsorted": np.random.default_rng(2).permutation(np.repeat([7, 3, 100, 42, 5, 9, 11, 0], [9, 2, 5, 13, 4, 1, 8, 6])),
+    "interleaved_unsorted": np.random.default_rng(2).permutation(
+        np.repeat([7, 3, 100, 42, 5, 9, 11, 0], [9, 2, 5, 13, 4, 1, 8, 6])
+    ),
 }
 
 
 @pytest.mark.parametrize("layout", sorted(_LAYOUTS))
-@pytest.mark.parametrize("m, batch_size, length", [(4, 16, None), (2, 8, 1000), (4, 8, 37), (1, 4, 3), (2, 16, 100 * 16)])
+@pytest.mark.parametrize(
+    "m, batch_size, length", [(4, 16, None), (2, 8, 1000), (4, 8, 37), (1, 4, 3), (2, 16, 100 * 16)]
+)
 def test_m_per_class_equals_pml(layout, m, batch_size, length):
     labels = _LAYOUTS[layout]
-    s = MPerClassBatchSampler(torch.as_tensor(labels), m=m, batch_size=batch_size, seed=5, length_before_new_iter=length)
+    s = MPerClassBatchSampler(
+        torch.as_tensor(labels), m=m, batch_size=batch_size, seed=5, length_before_new_iter=length
+    )
     pml_length = max(len(labels) if length is None else length, batch_size)
     for epoch in range(3):
         ref = _pml_reference(labels, m, batch_size, pml_length, seed=5, epoch=epoch)

@@ -59,7 +59,7 @@ def test_sop_real_counts(tmp_path):
     cid = 0
     for split, n_img, n_cls in (("train", 59551, 11318), ("test", 60502, 11316)):
         lines = ["image_id class_id super_class_id path"]
-        for c, n in enumerate(per_class_counts(n_img, n_cls)):
+        for n in per_class_counts(n_img, n_cls):
             cid += 1
             for j in range(n):
                 k += 1
@@ -107,7 +107,12 @@ def test_kfold_mlrc_properties(c):
 def test_kfold_mlrc_cub_exact():
     """MLRCSplitManager on CUB's 100 train classes: fold p starts at 25p; 75 train then 25 val."""
     folds = kfold_class_splits(range(100), 4, "mlrc")
-    assert [v.tolist() for _, v in folds] == [list(range(75, 100)), list(range(0, 25)), list(range(25, 50)), list(range(50, 75))]
+    assert [v.tolist() for _, v in folds] == [
+        list(range(75, 100)),
+        list(range(0, 25)),
+        list(range(25, 50)),
+        list(range(50, 75)),
+    ]
     assert folds[2][0].tolist() == list(range(0, 25)) + list(range(50, 100))  # wraps around
     assert set().union(*[set(v) for _, v in folds]) == set(range(100))  # covers all train classes
 
@@ -116,11 +121,18 @@ def test_kfold_mlrc_cars_quirk():
     """Cars (98 classes): val quarters of 24 starting at int(p*98/4)+74 -> classes 24 and 73 are
     never validated (hand-derived from MLRCSplitManager; documented in docs/data.md)."""
     folds = kfold_class_splits(range(98), 4, "mlrc")
-    assert [v.tolist() for _, v in folds] == [list(range(74, 98)), list(range(0, 24)), list(range(25, 49)), list(range(49, 73))]
+    assert [v.tolist() for _, v in folds] == [
+        list(range(74, 98)),
+        list(range(0, 24)),
+        list(range(25, 49)),
+        list(range(49, 73)),
+    ]
     assert set(range(98)) - set().union(*[set(v) for _, v in folds]) == {24, 73}
 
 
-@pytest.mark.parametrize("c, sizes", [(100, [25, 25, 25, 25]), (98, [24, 25, 24, 25]), (11318, [2829, 2830, 2829, 2830])])
+@pytest.mark.parametrize(
+    "c, sizes", [(100, [25, 25, 25, 25]), (98, [24, 25, 24, 25]), (11318, [2829, 2830, 2829, 2830])]
+)
 def test_kfold_linspace(c, sizes):
     """ASAP's rule: partitions at np.linspace(0, C, 5); ASAP-R33 gives Cars 24/25/24/25."""
     folds = kfold_class_splits(range(c), 4, "linspace")
@@ -143,7 +155,7 @@ def brute_force_sample_holdout(labels, fraction):
     of them, at least 1 and at most n_c − 1."""
     val = set()
     for c in set(labels):
-        pos = [i for i, l in enumerate(labels) if l == c]
+        pos = [i for i, label in enumerate(labels) if label == c]
         k = round(len(pos) * fraction)
         k = min(max(k, 1), len(pos) - 1)
         val |= set(pos[::-1][:k])
@@ -161,7 +173,8 @@ def test_sample_holdout_equals_brute_force(fraction):
 
 
 def test_sample_holdout_mnist_size():
-    """MNIST's 60,000 training images, ~6,000 per digit: 10 % of each class validate (5,999 after rounding per class)."""
+    """MNIST's 60,000 training images, ~6,000 per digit: 10 % of each class validate (5,999 after rounding per
+    class)."""
     counts = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]  # MNIST train per digit
     labels = np.random.default_rng(0).permutation(np.repeat(np.arange(10), counts))
     tr, va = sample_holdout(labels, 0.1)

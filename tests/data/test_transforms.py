@@ -38,7 +38,9 @@ def test_imagenet_normalisation_by_hand():
 
 
 def test_bninception_by_hand():
-    img = torch.tensor([[[10, 200]], [[20, 100]], [[30, 0]]], dtype=torch.uint8)  # (3, 1, 2): pixels (10,20,30), (200,100,0)
+    img = torch.tensor(
+        [[[10, 200]], [[20, 100]], [[30, 0]]], dtype=torch.uint8
+    )  # (3, 1, 2): pixels (10,20,30), (200,100,0)
     out = normalize_transform("bninception")(img)
     # BGR, 0-255, minus [104, 117, 128]: pixel 1 -> (30-104, 20-117, 10-128), pixel 2 -> (0-104, 100-117, 200-128)
     exp = torch.tensor([[[-74.0, -104.0]], [[-97.0, -17.0]], [[-118.0, 72.0]]])
@@ -180,8 +182,10 @@ def test_square_fast_path_equals_the_v2_pipeline(train, norm):
     assert torch.equal(outs["fast_rng"], outs["v2_rng"])
     if train:  # some flipped, some not
         torch.manual_seed(7)
-        flipped = [not torch.equal(t(img), _full_pipeline(build_transform(False, 32, resize=32, normalization=norm))(img))
-                   for img in images]
+        flipped = [
+            not torch.equal(t(img), _full_pipeline(build_transform(False, 32, resize=32, normalization=norm))(img))
+            for img in images
+        ]
         assert 0 < sum(flipped) < len(flipped)
 
 
@@ -237,7 +241,9 @@ def test_batched_fetch_falls_back_where_the_fast_path_does_not_apply(tmp_path):
 
     manifest = _image_folder(tmp_path, [32, 40, 32])
     t = build_transform(True, 32, resize=32, train_crop="random")
-    assert ManifestDataset(manifest, transform=t, cache_images=True).seeded_batch([(0, 1), (1, 2)]) is None  # a 40 px image
+    assert (
+        ManifestDataset(manifest, transform=t, cache_images=True).seeded_batch([(0, 1), (1, 2)]) is None
+    )  # a 40 px image
     assert ManifestDataset(manifest, transform=t).seeded_batch([(0, 1), (2, 2)]) is None  # no cache
     rrc = build_transform(True, 32, resize=32, train_crop="rrc")
     assert ManifestDataset(manifest, transform=rrc, cache_images=True).seeded_batch([(0, 1), (2, 2)]) is None
@@ -258,7 +264,9 @@ def test_fast_path_with_a_corruption_equals_the_v2_pipeline(tmp_path, name):
     reference = torch.stack([_full_pipeline(t)(ds.ds._image(i).clone()) for i, _ in keys])
     assert torch.equal(torch.stack([ds[key][0] for key in keys]), reference)
     assert torch.equal(torch.stack([item[0] for item in ds.__getitems__(keys)]), reference)
-    assert not torch.equal(reference, torch.stack([build_transform(False, 32, resize=32)(ds.ds._image(i)) for i, _ in keys]))
+    assert not torch.equal(
+        reference, torch.stack([build_transform(False, 32, resize=32)(ds.ds._image(i)) for i, _ in keys])
+    )
 
 
 def test_with_transform_shares_the_decoded_images(tmp_path, monkeypatch):
@@ -267,10 +275,13 @@ def test_with_transform_shares_the_decoded_images(tmp_path, monkeypatch):
     decoded = []
     load = dataset.load_image
     monkeypatch.setattr(dataset, "load_image", lambda path: decoded.append(path) or load(path))
-    first = ManifestDataset(_image_folder(tmp_path, [32] * 6), transform=build_transform(False, 32, resize=32),
-                            cache_images=True)
+    first = ManifestDataset(
+        _image_folder(tmp_path, [32] * 6), transform=build_transform(False, 32, resize=32), cache_images=True
+    )
     [first[i] for i in range(6)]
-    other = first.with_transform(build_transform(False, 32, resize=32, corruption=build_corruption("gaussian", severity=3)))
+    other = first.with_transform(
+        build_transform(False, 32, resize=32, corruption=build_corruption("gaussian", severity=3))
+    )
     items = [other[i] for i in range(6)]
     assert len(decoded) == 6 and first.transform is not other.transform
     assert [item[1:] for item in items] == [first[i][1:] for i in range(6)]

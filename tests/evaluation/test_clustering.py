@@ -64,6 +64,7 @@ def test_nmi_bad_input():
 
 # ---- eval.nmi options: the official RSW computation (docs/readings/rsw.md#rsw-r8) -----------------
 
+
 def _brute_force_nmi(labels, clusters, average):
     """NMI from the contingency table in float64, written out from the definitions:
     I(Y; C) / mean(H(Y), H(C)), the mean arithmetic ((a + b) / 2) or geometric (sqrt(a·b))."""
@@ -75,8 +76,9 @@ def _brute_force_nmi(labels, clusters, average):
         count[(y, c)] += 1
     py = {y: sum(count[(y, c)] for c in cs) / n for y in ys}
     pc = {c: sum(count[(y, c)] for y in ys) / n for c in cs}
-    mi = sum((count[(y, c)] / n) * np.log((count[(y, c)] / n) / (py[y] * pc[c]))
-             for y in ys for c in cs if count[(y, c)])
+    mi = sum(
+        (count[(y, c)] / n) * np.log((count[(y, c)] / n) / (py[y] * pc[c])) for y in ys for c in cs if count[(y, c)]
+    )
     hy = -sum(p * np.log(p) for p in py.values())
     hc = -sum(p * np.log(p) for p in pc.values())
     mean = (hy + hc) / 2 if average == "arithmetic" else np.sqrt(hy * hc)
@@ -91,7 +93,7 @@ def _uneven_blobs(seed=3):
     blob = np.repeat(np.arange(6), sizes)
     x = (np.eye(6, 8)[blob] * 50.0 + rng.normal(size=(len(blob), 8))).astype(np.float32)
     labels = blob.copy()
-    labels[rng.random(len(labels)) < 0.6] = 0       # 60 % relabelled to class 0: a skewed label entropy
+    labels[rng.random(len(labels)) < 0.6] = 0  # 60 % relabelled to class 0: a skewed label entropy
     return x, blob, labels
 
 
@@ -131,7 +133,7 @@ def test_sklearn_kmeans_is_the_rsw_code_call():
     y = rng.integers(0, 7, size=200)
     ref = KMeans(n_clusters=7, n_init=10, random_state=5).fit(x).labels_
     assert np.array_equal(sklearn_kmeans_assignments(x, 7, seed=5), ref)
-    expected = normalized_mutual_info_score(ref, y, average_method="geometric")   # the RSW code's argument order
+    expected = normalized_mutual_info_score(ref, y, average_method="geometric")  # the RSW code's argument order
     assert nmi(x, y, seed=5, kmeans="sklearn", average_method="geometric") == pytest.approx(expected, abs=1e-12)
 
 
@@ -140,7 +142,11 @@ def test_nmi_options_values():
 
     assert nmi_options(False) is None
     assert nmi_options(True) == NMI_DEFAULTS == {"average": "arithmetic", "kmeans": "faiss", "n_init": 10}
-    assert nmi_options({"average": "geometric", "kmeans": "sklearn"}) == {"average": "geometric", "kmeans": "sklearn", "n_init": 10}
+    assert nmi_options({"average": "geometric", "kmeans": "sklearn"}) == {
+        "average": "geometric",
+        "kmeans": "sklearn",
+        "n_init": 10,
+    }
     for bad in ("yes", 1, {"avg": "geometric"}, {"average": "max"}, {"kmeans": "scipy"}, {"n_init": 0}):
         with pytest.raises(ValueError):
             nmi_options(bad)
@@ -158,8 +164,9 @@ def test_run_config_eval_nmi_reaches_the_metric():
     expected = _brute_force_nmi(labels, blob, "geometric")
     assert embedding_metrics(x, labels, cfg)["nmi"] == pytest.approx(expected, abs=1e-12)
     plain = resolve_run_config({"eval": {"nmi": True, "ks": [1]}})
-    assert embedding_metrics(x, labels, plain)["nmi"] == nmi(x, labels, seed=0)   # true: faiss, arithmetic
+    assert embedding_metrics(x, labels, plain)["nmi"] == nmi(x, labels, seed=0)  # true: faiss, arithmetic
     import tempfile
+
     with tempfile.TemporaryDirectory() as d:
         path = save_embeddings(f"{d}/e.npz", x, labels)
         res = evaluate_embeddings_file(path, ks=(1,), nmi=rsw)

@@ -19,8 +19,14 @@ CPU = torch.device("cpu")
 
 def _model() -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-                               torch.nn.AdaptiveAvgPool2d(2), torch.nn.Flatten(), torch.nn.Linear(32, 6))
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(32, 6),
+    )
 
 
 class _Images(torch.utils.data.Dataset):
@@ -43,7 +49,7 @@ def _plain(model, ds, batch_size: int) -> np.ndarray:
     """The reference: a plain batched forward pass of the eval-mode model."""
     model.eval()
     with torch.no_grad():
-        return torch.cat([model(ds.x[s:s + batch_size]) for s in range(0, len(ds), batch_size)]).numpy()
+        return torch.cat([model(ds.x[s : s + batch_size]) for s in range(0, len(ds), batch_size)]).numpy()
 
 
 def test_every_path_gives_the_plain_forward_pass_bit_for_bit():
@@ -100,7 +106,7 @@ def test_no_device_synchronisation_inside_a_pass(lane_device):
     model, ds = _model(), _Images()
     ref = _plain(model, ds, 16)
     model.to(device)
-    batches = [(ds.x[s:s + 16], ds.y[s:s + 16]) for s in range(0, len(ds), 16)]
+    batches = [(ds.x[s : s + 16], ds.y[s : s + 16]) for s in range(0, len(ds), 16)]
     if device.type == "cuda":
         batches = [(x.pin_memory(), y) for x, y in batches]
     embed_batches(model, batches, device)  # first-call costs (handles, workspaces) outside the check

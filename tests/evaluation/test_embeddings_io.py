@@ -32,9 +32,7 @@ def test_round_trip(tmp_path):
     torch = pytest.importorskip("torch")
     x, y = _data()
     idx = np.arange(len(x)) * 3 + 1
-    path = save_embeddings(
-        tmp_path / "emb" / "test.npz", torch.from_numpy(x), y, idx, split="test", meta={"run": "r1"}
-    )
+    path = save_embeddings(tmp_path / "emb" / "test.npz", torch.from_numpy(x), y, idx, split="test", meta={"run": "r1"})
     e = load_embeddings(path)
     assert e.embeddings.dtype == np.float32
     np.testing.assert_array_equal(e.embeddings, x)
@@ -88,9 +86,7 @@ def test_evaluate_file_writes_metrics_json(tmp_path):
     x, y = _data()
     y[0] = 99  # one lone class
     emb = save_embeddings(tmp_path / "test.npz", x, y, split="test")
-    out = evaluate_embeddings_file(
-        emb, tmp_path / "metrics.json", ks=(1, 2, 4), nmi=True, extra_metrics={"w2": 0.25}
-    )
+    out = evaluate_embeddings_file(emb, tmp_path / "metrics.json", ks=(1, 2, 4), nmi=True, extra_metrics={"w2": 0.25})
     on_disk = json.loads((tmp_path / "metrics.json").read_text())
     assert on_disk == out
     expected = retrieval_metrics(x, y, ks=(1, 2, 4))
@@ -123,9 +119,7 @@ def test_concatenate_fold_embeddings():
     np.testing.assert_allclose(np.linalg.norm(c, axis=1), 1.0, rtol=1e-6)
     # each fold contributes a normalised block of equal weight: block norms are 1/sqrt(3)
     for b in range(3):
-        np.testing.assert_allclose(
-            np.linalg.norm(c[:, 4 * b : 4 * b + 4], axis=1), 3**-0.5, rtol=1e-5
-        )
+        np.testing.assert_allclose(np.linalg.norm(c[:, 4 * b : 4 * b + 4], axis=1), 3**-0.5, rtol=1e-5)
     expected = np.concatenate([f / np.linalg.norm(f, axis=1, keepdims=True) for f in folds], 1)
     np.testing.assert_allclose(c, expected / np.sqrt(3), rtol=1e-5, atol=1e-7)
     with pytest.raises(ValueError, match="same items"):

@@ -59,8 +59,10 @@ def test_auto_backend_routing(fake_faiss, monkeypatch):
     assert resolve_backend("auto", cuda1, 10) == "torch"
 
 
-@pytest.mark.parametrize("device_type,faiss_installed,expected", [
-    ("cpu", True, "faiss-cpu"), ("cpu", False, "torch"), ("cuda", True, "torch"), ("cuda", False, "torch")])
+@pytest.mark.parametrize(
+    "device_type,faiss_installed,expected",
+    [("cpu", True, "faiss-cpu"), ("cpu", False, "torch"), ("cuda", True, "torch"), ("cuda", False, "torch")],
+)
 def test_auto_backend_decision(device_type, faiss_installed, expected):
     assert knn.auto_backend(device_type, faiss_installed) == expected
 

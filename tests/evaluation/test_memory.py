@@ -19,7 +19,8 @@ NXN_BYTES = N * N * 4
 #    needed at its peak, faiss's C++ buffers included),
 #  * traced_peak: tracemalloc's peak of Python/numpy allocations during the call,
 # and, as a check that the meters work, the same two numbers for a deliberate 512 MB array.
-CHILD = textwrap.dedent("""
+CHILD = textwrap.dedent(
+    f"""
     import json, sys, tracemalloc
     import numpy as np
     from dmlrepro.evaluation import retrieval_metrics
@@ -39,7 +40,7 @@ CHILD = textwrap.dedent("""
     def maxrss():
         return status("VmHWM")
 
-    n, d = %d, %d
+    n, d = {N}, {D}
     rng = np.random.default_rng(0)
     n_classes = n // 5
     labels = rng.integers(0, n_classes, size=n)
@@ -66,15 +67,14 @@ CHILD = textwrap.dedent("""
     del probe
     json.dump(dict(metrics=metrics, rss_delta=rss_delta, traced_peak=traced_peak,
                    probe_rss=probe_rss, probe_traced=probe_traced), sys.stdout)
-    """ % (N, D))
+    """
+)
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_50k_by_128_memory_stays_far_below_nxn():
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=300, check=True
-    )
+    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=300, check=True)
     r = json.loads(out.stdout)
     # The meters see a deliberate 512 MB allocation ...
     assert r["probe_rss"] > 400 * 2**20

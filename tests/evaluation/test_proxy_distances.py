@@ -37,17 +37,12 @@ def test_w2_matches_bruteforce_over_permutations(w_power):
     z, y = z[perm], y[perm]
     p = rng.normal(size=(num_classes * m, dim))
     py = pfml_proxy_labels(num_classes, m)
-    expected = {
-        c: _w_bruteforce(p[py == c].tolist(), z[y == c].tolist(), w_power)
-        for c in range(num_classes)
-    }
+    expected = {c: _w_bruteforce(p[py == c].tolist(), z[y == c].tolist(), w_power) for c in range(num_classes)}
     got = proxy_data_w2_per_class(z, y, p, py, w_power=w_power)
     assert set(got) == set(expected)
     for c in expected:
         assert got[c] == pytest.approx(expected[c], rel=1e-12)
-    assert proxy_data_w2(z, y, p, py, w_power=w_power) == pytest.approx(
-        np.mean(list(expected.values())), rel=1e-12
-    )
+    assert proxy_data_w2(z, y, p, py, w_power=w_power) == pytest.approx(np.mean(list(expected.values())), rel=1e-12)
 
 
 def test_w2_power_switch_differs_and_single_proxy_is_closest_sample():
@@ -56,9 +51,7 @@ def test_w2_power_switch_differs_and_single_proxy_is_closest_sample():
     y = np.repeat([0, 1, 2], 4)
     p = rng.normal(size=(6, 3))
     py = pfml_proxy_labels(3, 2)
-    assert proxy_data_w2(z, y, p, py, w_power=1) != pytest.approx(
-        proxy_data_w2(z, y, p, py, w_power=2)
-    )
+    assert proxy_data_w2(z, y, p, py, w_power=1) != pytest.approx(proxy_data_w2(z, y, p, py, w_power=2))
     # m = 1 (PNCA, PA): distance from the proxy to the closest embedding of its class.
     p1 = rng.normal(size=(3, 3))
     got = proxy_data_w2_per_class(z, y, p1, np.arange(3))
@@ -77,10 +70,7 @@ def test_w2_fewer_samples_than_proxies_warns_and_matches_bruteforce():
     with pytest.warns(UserWarning, match="fewer embeddings than proxies"):
         got = proxy_data_w2(z, [0, 0], p, [0, 0, 0, 0])
     # every sample matched to a distinct proxy, mean over the 2 pairs
-    best = min(
-        (math.dist(z[0], p[a]) + math.dist(z[1], p[b])) / 2
-        for a, b in itertools.permutations(range(4), 2)
-    )
+    best = min((math.dist(z[0], p[a]) + math.dist(z[1], p[b])) / 2 for a, b in itertools.permutations(range(4), 2))
     assert got == pytest.approx(best, rel=1e-12)
 
 

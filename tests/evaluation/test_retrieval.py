@@ -41,9 +41,7 @@ def _pml(x, y, gx=None, gy=None):
     xt, yt = torch.from_numpy(x), torch.from_numpy(np.asarray(y))
     if gx is None:
         return calc.get_accuracy(xt, yt, xt, yt, ref_includes_query=True)
-    return calc.get_accuracy(
-        xt, yt, torch.from_numpy(gx), torch.from_numpy(np.asarray(gy)), ref_includes_query=False
-    )
+    return calc.get_accuracy(xt, yt, torch.from_numpy(gx), torch.from_numpy(np.asarray(gy)), ref_includes_query=False)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -188,9 +186,7 @@ def test_cosine_equals_euclidean_on_normalised(backend, clustered, cosdist, refe
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_unnormalised_euclidean_differs_from_cosine(
-    backend, clustered, sqdist, cosdist, reference, relevance_gap
-):
+def test_unnormalised_euclidean_differs_from_cosine(backend, clustered, sqdist, cosdist, reference, relevance_gap):
     # Hand-made case: for query a=(1,0) the same-class item (10,0) is the cosine nearest
     # neighbour, but the other-class item (0.9,0.5) is the Euclidean nearest one.
     x = np.array([[1, 0], [10, 0], [0.9, 0.5], [0, -3], [0.1, -2.0]], dtype=np.float32)
@@ -228,9 +224,7 @@ def test_unnormalised_euclidean_differs_from_cosine(
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("seed", [10, 11])
-def test_query_gallery_matches_bruteforce_and_pml(
-    seed, backend, clustered, sqdist, reference, relevance_gap
-):
+def test_query_gallery_matches_bruteforce_and_pml(seed, backend, clustered, sqdist, reference, relevance_gap):
     x, y = clustered(900, 32, seed)
     rng = np.random.default_rng(seed)
     is_query = rng.random(len(x)) < 0.4

@@ -15,8 +15,14 @@ from dmlrepro.train.runtime import evaluation_device
 
 def _cfg(tmp_path, **top):
     cfg = {
-        "dataset": {"name": "digits", "root": str(tmp_path), "image_size": 32, "resize": 32, "batch_size": 32,
-                    "eval_batch_size": 512},
+        "dataset": {
+            "name": "digits",
+            "root": str(tmp_path),
+            "image_size": 32,
+            "resize": 32,
+            "batch_size": 32,
+            "eval_batch_size": 512,
+        },
         "model": {"backbone": "tiny_cnn", "embedding_size": 16},
         "loss": {"name": "proxy_anchor"},
         "epochs": 2,
@@ -76,8 +82,9 @@ def test_embeddings_on_the_device_give_the_same_metrics(tmp_path):
     for backend in ("faiss-cpu", "torch"):
         c = {**cfg, "speed": {**cfg["speed"], "knn_backend": backend}}
         assert embedding_metrics(dev, labels, c) == ref
-        assert embedding_metrics(host, labels, c, gallery=(dev[:30], labels[:30])) == \
-            embedding_metrics(host, labels, cfg, gallery=(host[:30], labels[:30]))
+        assert embedding_metrics(host, labels, c, gallery=(dev[:30], labels[:30])) == embedding_metrics(
+            host, labels, cfg, gallery=(host[:30], labels[:30])
+        )
     bad = dev.clone()
     bad[3, 0] = float("nan")
     assert embedding_metrics(bad, labels, cfg) is None

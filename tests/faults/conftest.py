@@ -22,10 +22,23 @@ def tiny_config(root: Path, **overrides) -> dict:
     """3 epochs x 4 steps on digits, a 3-layer CNN, 16-d; m-per-class sampler, flips, warm-up,
     a step schedule and a test evaluation every epoch (as tests/train/test_resume.py)."""
     cfg = {
-        "dataset": {"name": "digits", "root": str(root), "image_size": 32, "resize": 32, "train_crop": "random",
-                    "batch_size": 32, "eval_batch_size": 512, "sampler": "m_per_class", "m": 8, "hflip": 0.5},
-        "model": {"backbone": "tiny_cnn", "backbone_kwargs": {"widths": [16, 32, 32], "strides": [2, 2, 2]},
-                  "embedding_size": 16},
+        "dataset": {
+            "name": "digits",
+            "root": str(root),
+            "image_size": 32,
+            "resize": 32,
+            "train_crop": "random",
+            "batch_size": 32,
+            "eval_batch_size": 512,
+            "sampler": "m_per_class",
+            "m": 8,
+            "hflip": 0.5,
+        },
+        "model": {
+            "backbone": "tiny_cnn",
+            "backbone_kwargs": {"widths": [16, 32, 32], "strides": [2, 2, 2]},
+            "embedding_size": 16,
+        },
         "loss": {"name": "pfml", "hparams": {"proxies_per_class": 2}},
         "optimizer": {"name": "adam", "lr": 1e-3, "lr_mult": {"loss": 100}},
         "schedule": {"name": "step", "step": 2, "gamma": 0.5},

@@ -30,8 +30,8 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 RUNNING = -1000
 #: lines of the fault-injection summary (filled by the tests, printed at the end of the session)
@@ -126,16 +126,22 @@ class Job:
 def start_cli(conf: Path, out: Path, log_path: Path, marker: Marker) -> Job:
     """``python -m dmlrepro.cli train CONF OUT --no-progress``, its output in ``log_path``."""
     with open(log_path, "a") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "dmlrepro.cli", "train", str(conf), str(out), "--no-progress"],
-                                cwd=REPO, env={**_thread_env(), **marker_env(marker.path)}, stdout=log,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dmlrepro.cli", "train", str(conf), str(out), "--no-progress"],
+            cwd=REPO,
+            env={**_thread_env(), **marker_env(marker.path)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     return Job(proc, marker, log_path, served=False)
 
 
 #: the client of a served job: what workflow/scripts/train.py does with Snakemake's values
-_CLIENT = ("import sys, yaml; from dmlrepro.jobserver import run_job; "
-           "run_job('dmlrepro.train:train_run', yaml.safe_load(open(sys.argv[1])), sys.argv[2], progress=False, "
-           "log=sys.argv[3])")
+_CLIENT = (
+    "import sys, yaml; from dmlrepro.jobserver import run_job; "
+    "run_job('dmlrepro.train:train_run', yaml.safe_load(open(sys.argv[1])), sys.argv[2], progress=False, "
+    "log=sys.argv[3])"
+)
 
 
 class JobServer:
@@ -160,8 +166,13 @@ class JobServer:
 
     def submit(self, conf: Path, out: Path, log_path: Path, marker: Marker) -> Job:
         environ = {**_thread_env(), **marker_env(marker.path), self._jobserver.JOBSERVER_ENV: self.socket}
-        proc = subprocess.Popen([sys.executable, "-c", _CLIENT, str(conf), str(out), str(log_path)], cwd=REPO,
-                                env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _CLIENT, str(conf), str(out), str(log_path)],
+            cwd=REPO,
+            env=environ,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         return Job(proc, marker, log_path, served=True)
 
     def close(self) -> None:
@@ -261,18 +272,28 @@ class ForkServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.count = 0
         env = {**_thread_env(), "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-        self.proc = subprocess.Popen([sys.executable, "-c", "import fault_harness; fault_harness.serve()"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "import fault_harness; fault_harness.serve()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=env,
+        )
         ready = self.proc.stdout.readline().strip()
         if ready != "ready":
             raise RuntimeError(f"fault-harness server did not start ({ready!r})")
 
-    def start(self, argv: Sequence[str], log_path, env: dict | None = None) -> "Child":
+    def start(self, argv: Sequence[str], log_path, env: dict | None = None) -> Child:
         self.count += 1
         status = self.workdir / f"status{self.count}"
         status.write_bytes(struct.pack("<i", RUNNING))
-        self.proc.stdin.write(json.dumps({"argv": list(map(str, argv)), "env": dict(env or {}),
-                                          "log": str(log_path), "status": str(status)}) + "\n")
+        self.proc.stdin.write(
+            json.dumps(
+                {"argv": list(map(str, argv)), "env": dict(env or {}), "log": str(log_path), "status": str(status)}
+            )
+            + "\n"
+        )
         self.proc.stdin.flush()
         pid = int(self.proc.stdout.readline())
         return Child(pid, status, log_path)

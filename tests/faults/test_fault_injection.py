@@ -27,9 +27,10 @@ import numpy as np
 import pytest
 import torch
 
-import fault_harness
 from dmlrepro.train import list_checkpoints, read_checkpoint
 from dmlrepro.train.checkpoint import checkpoint_name
+
+import fault_harness
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -57,8 +58,9 @@ def assert_sane(out: Path, ref: Path) -> None:
     if (out / "metrics.json").exists():
         assert (out / "metrics.json").read_text() == (ref / "metrics.json").read_text()
     if (out / "embeddings_test.npz").exists():
-        assert np.array_equal(np.load(out / "embeddings_test.npz")["embeddings"],
-                              np.load(ref / "embeddings_test.npz")["embeddings"])
+        assert np.array_equal(
+            np.load(out / "embeddings_test.npz")["embeddings"], np.load(ref / "embeddings_test.npz")["embeddings"]
+        )
 
 
 def assert_identical(out: Path, ref: Path) -> None:
@@ -69,14 +71,17 @@ def assert_identical(out: Path, ref: Path) -> None:
     rows = _log_rows(out / "train_log.csv")
     assert [r["epoch"] for r in rows] == [str(e) for e in range(EPOCHS + 1)], "not exactly one row per epoch"
     assert rows == _log_rows(ref / "train_log.csv")
-    assert np.array_equal(np.load(out / "embeddings_test.npz")["embeddings"],
-                          np.load(ref / "embeddings_test.npz")["embeddings"])
+    assert np.array_equal(
+        np.load(out / "embeddings_test.npz")["embeddings"], np.load(ref / "embeddings_test.npz")["embeddings"]
+    )
     a, b = (read_checkpoint(list_checkpoints(d / "checkpoints")[-1]) for d in (ref, out))
     assert a["position"]["epoch"] == b["position"]["epoch"] == EPOCHS + 1
     for part in ("model", "loss"):
         assert all(torch.equal(a[part][k], b[part][k]) for k in a[part]), part
     for i, st in a["optimizer"]["state"].items():
-        assert all(torch.equal(torch.as_tensor(v), torch.as_tensor(b["optimizer"]["state"][i][k])) for k, v in st.items())
+        assert all(
+            torch.equal(torch.as_tensor(v), torch.as_tensor(b["optimizer"]["state"][i][k])) for k, v in st.items()
+        )
     assert not [p.name for p in out.rglob("*.tmp")], "temporaries of killed writes left behind"
 
 
@@ -100,7 +105,7 @@ def draw_kill_time(timelines: list[list[tuple[str, float]]], phase: str, rng: ra
             windows.append((i - 1, start, end))
     assert windows, f"the undisturbed runs were never in {phase} at the same time"
     at = rng.uniform(0, sum(end - start for _, start, end in windows))
-    for anchor, start, end in windows:
+    for anchor, start, end in windows:  # noqa: B007 (the window the loop stops at is the answer)
         if at <= end - start:
             break
         at -= end - start
@@ -166,14 +171,19 @@ def test_sigkill_at_random_times(job_server, run_config, reference_job, referenc
 
     fault_harness.SUMMARY.append(
         f"a) SIGKILL at random times (seed {SEED}), drawn inside an undisturbed run's phase windows; "
-        + "; ".join(f"{kind}: {sum(deaths[kind].values())} kills, aimed at {dict(aimed[kind])}, died in "
-                    f"{dict(deaths[kind])}, {missed[kind]} ended before their kill time" for kind in KINDS)
+        + "; ".join(
+            f"{kind}: {sum(deaths[kind].values())} kills, aimed at {dict(aimed[kind])}, died in "
+            f"{dict(deaths[kind])}, {missed[kind]} ended before their kill time"
+            for kind in KINDS
+        )
         + (f"; kills sent {1e3 * min(late):.1f}-{1e3 * max(late):.1f} ms after their drawn time" if late else "")
-        + "; every rerun identical to the undisturbed run")
+        + "; every rerun identical to the undisturbed run"
+    )
     for kind in KINDS:
         missing = [p for p in REQUIRED_PHASES if not deaths[kind][p]]
-        assert not missing, (f"{kind}: no kill landed in {missing} after {TRIES} kills; "
-                             f"phases at death: {dict(deaths[kind])}")
+        assert not missing, (
+            f"{kind}: no kill landed in {missing} after {TRIES} kills; phases at death: {dict(deaths[kind])}"
+        )
 
 
 # -- c) half-written files in a run's folder ------------------------------------------------------------
@@ -226,7 +236,11 @@ def test_half_written_files_are_not_accepted(server, run_config, reference, tmp_
     assert train(out)[0] == 0
     (out / "metrics.json").unlink()
     _truncate(out / "embeddings_test.npz")
-    for name in (".metrics.json.k1ll3d.tmp", ".train_log.csv.k1ll3d.tmp", "checkpoints/.ckpt-e0004-b000000.pt.k1ll3d.tmp"):
+    for name in (
+        ".metrics.json.k1ll3d.tmp",
+        ".train_log.csv.k1ll3d.tmp",
+        "checkpoints/.ckpt-e0004-b000000.pt.k1ll3d.tmp",
+    ):
         (out / name).write_bytes(b"half")
     rc, log = train(out)
     assert rc == 0 and "embeddings_test.npz is missing or damaged" in log, log
@@ -259,8 +273,9 @@ def test_half_written_files_are_not_accepted(server, run_config, reference, tmp_
     conf = tmp_path / "run.yaml"
     conf.write_text(run_config.read_text().replace(str(yaml_root(run_config)), str(root)))
     out = tmp_path / "manifest"
-    child = server.start([str(conf), str(out), "--no-progress"], tmp_path / "manifest.log",
-                         {"DMLREPRO_TEST_KILL_AFTER_STEPS": "5"})
+    child = server.start(
+        [str(conf), str(out), "--no-progress"], tmp_path / "manifest.log", {"DMLREPRO_TEST_KILL_AFTER_STEPS": "5"}
+    )
     assert child.wait() == -signal.SIGKILL
     manifest = root / "digits" / "manifest.csv"
     text = manifest.read_text()
@@ -275,8 +290,10 @@ def test_half_written_files_are_not_accepted(server, run_config, reference, tmp_
     assert_identical(out, reference)
     counts["truncated manifest.csv"] += 1
 
-    fault_harness.SUMMARY.append(f"c) half-written / damaged files: {dict(counts)} "
-                                 f"({sum(counts.values())} in all), none accepted, every rerun identical")
+    fault_harness.SUMMARY.append(
+        f"c) half-written / damaged files: {dict(counts)} "
+        f"({sum(counts.values())} in all), none accepted, every rerun identical"
+    )
 
 
 def yaml_root(run_config: Path) -> Path:

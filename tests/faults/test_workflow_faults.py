@@ -32,8 +32,18 @@ SLOW_STEPS = REPO / "tests/integration/slow_steps"
 
 
 def _command(workdir: Path, *args: str) -> list[str]:
-    return [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir), "--configfile", str(CONFIG),
-            "--cores", "2", *args]
+    return [
+        str(SNAKEMAKE),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(CONFIG),
+        "--cores",
+        "2",
+        *args,
+    ]
 
 
 def snakemake(workdir: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess:
@@ -69,13 +79,15 @@ def undisturbed(tmp_path_factory):
     return files
 
 
-def _start_and_kill(workdir: Path, group: bool, extra=(), wait_for="checkpoints/ckpt-e0002-*.pt",
-                    env: dict | None = None) -> tuple[list[int], Path]:
+def _start_and_kill(
+    workdir: Path, group: bool, extra=(), wait_for="checkpoints/ckpt-e0002-*.pt", env: dict | None = None
+) -> tuple[list[int], Path]:
     """Start the workflow, wait until a run folder has a file ``<run>/<wait_for>`` written
     after the start (a checkpoint, or the run lock: a train job is running), SIGKILL."""
     t0 = time.time()
-    proc = subprocess.Popen(_command(workdir, *extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True, env=env)
+    proc = subprocess.Popen(
+        _command(workdir, *extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env
+    )
     end = t0 + 300
 
     def found():
@@ -98,8 +110,11 @@ def _start_and_kill(workdir: Path, group: bool, extra=(), wait_for="checkpoints/
 
 def _waiting(workdir: Path) -> list[Path]:
     """Train logs of rerun jobs that found their run folder locked by another trainer (engine._run_lock)."""
-    return [p for p in (workdir / "results/logs/train").glob("*.log")
-            if "being trained by another process" in p.read_text(errors="replace")]
+    return [
+        p
+        for p in (workdir / "results/logs/train").glob("*.log")
+        if "being trained by another process" in p.read_text(errors="replace")
+    ]
 
 
 def _alive(pids: list[int]) -> list[int]:
@@ -129,8 +144,11 @@ def test_workflow_killed_twice_with_half_written_metrics(undisturbed, tmp_path):
     #    once one does, the gate opens and the orphans finish
     gate = tmp_path / "orphans.gate"
     gate.touch()
-    slow = {**os.environ, "DMLREPRO_TEST_STEP_GATE": str(gate),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(SLOW_STEPS), os.environ.get("PYTHONPATH")]))}
+    slow = {
+        **os.environ,
+        "DMLREPRO_TEST_STEP_GATE": str(gate),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(SLOW_STEPS), os.environ.get("PYTHONPATH")])),
+    }
     try:
         jobs, _ = _start_and_kill(tmp_path, group=False, extra=("--rerun-incomplete",), wait_for=".lock", env=slow)
         orphans = _alive(jobs)
@@ -159,4 +177,5 @@ def test_workflow_killed_twice_with_half_written_metrics(undisturbed, tmp_path):
         "b+c) workflow SIGKILLed twice: whole process group after a job's first checkpoint, with half a "
         "metrics.json left in its run folder (snakemake refuses it as incomplete), then the rerun's controller "
         f"alone ({len(orphans)} orphaned train job(s) still running at the next rerun, {waited} rerun job(s) "
-        "waited on the run lock); --unlock + --rerun-incomplete: tables, metrics and logs identical")
+        "waited on the run lock); --unlock + --rerun-incomplete: tables, metrics and logs identical"
+    )

@@ -57,8 +57,16 @@ def slurm_cluster():
 
 
 def snakemake(workdir: Path, config: Path, *args: str, env: dict | None = None, timeout: int = 420) -> str:
-    command = [str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-               "--configfile", str(config), *args]
+    command = [
+        str(SNAKEMAKE),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(config),
+        *args,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-6000:]
@@ -71,14 +79,18 @@ def through_slurm(workdir: Path, config: Path, *args: str, **kw) -> str:
 
 def planned_jobs(output: str) -> dict[str, int]:
     """The 'Job stats' table of a dry run: rule -> count."""
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", output, re.MULTILINE)
-            if m.group(1) != "total"}
+    return {
+        m.group(1): int(m.group(2))
+        for m in re.finditer(r"^(\w+)\s+(\d+)$", output, re.MULTILINE)
+        if m.group(1) != "total"
+    }
 
 
 def slurm_jobs(workdir: Path) -> list[dict[str, str]]:
     """Every job SLURM still knows (MinJobAge=300 keeps finished ones) that ran in `workdir`, oldest first."""
-    listing = subprocess.run(["squeue", "--states=all", "-h", "-o", "%i"], capture_output=True, text=True,
-                             check=True).stdout.split()
+    listing = subprocess.run(
+        ["squeue", "--states=all", "-h", "-o", "%i"], capture_output=True, text=True, check=True
+    ).stdout.split()
     jobs = []
     for job_id in sorted(listing, key=int):
         shown = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
@@ -101,6 +113,7 @@ def write_config(path: Path, config: dict) -> Path:
 
 # -- the tiny workflow through the profile -------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def tiny_on_slurm(tmp_path_factory):
     """tests/workflow/tiny.yaml with one seed per cell (tests/workflow checks the seeds' statistics)
@@ -110,8 +123,9 @@ def tiny_on_slurm(tmp_path_factory):
     config = yaml.safe_load(TINY.read_text())
     for experiment in config["experiments"].values():
         experiment.pop("seeds", None)
-    config["resources"] = {"train": {"default": {"runtime": 5, "mem_mb": 1000, "gpu": 1},
-                                     "synthetic": {"mem_mb": 1200}}}
+    config["resources"] = {
+        "train": {"default": {"runtime": 5, "mem_mb": 1000, "gpu": 1}, "synthetic": {"mem_mb": 1200}}
+    }
     path = write_config(workdir / "tiny_slurm.yaml", config)
     plan = planned_jobs(through_slurm(workdir, path, "-n"))
     started = time.monotonic()
@@ -119,8 +133,7 @@ def tiny_on_slurm(tmp_path_factory):
         output = through_slurm(workdir, path, timeout=600)
     finally:
         cancel_leftovers(workdir)
-    return {"workdir": workdir, "config": path, "plan": plan, "output": output,
-            "seconds": time.monotonic() - started}
+    return {"workdir": workdir, "config": path, "plan": plan, "output": output, "seconds": time.monotonic() - started}
 
 
 def test_training_jobs_go_through_sbatch_with_a_gpu(tiny_on_slurm):
@@ -131,8 +144,9 @@ def test_training_jobs_go_through_sbatch_with_a_gpu(tiny_on_slurm):
     comments = sorted(job.get("Comment", "") for job in jobs)
     # one sbatch per run and per search; everything else (prepare_dataset, label_noise, aggregate,
     # report) is a local rule
-    assert comments == sorted([f"rule_train_wildcards_{run}" for run in runs] +
-                              [f"rule_search_wildcards_{search}" for search in searches]), comments
+    assert comments == sorted(
+        [f"rule_train_wildcards_{run}" for run in runs] + [f"rule_search_wildcards_{search}" for search in searches]
+    ), comments
     assert tiny_on_slurm["plan"]["train"] == len(runs) and tiny_on_slurm["plan"]["search"] == len(searches) == 1
     trials = yaml.safe_load(tiny_on_slurm["config"].read_text())["experiments"]["search"]["search"]["trials"]
     for job in jobs:
@@ -158,7 +172,7 @@ def test_every_output_is_complete(tiny_on_slurm):
         assert json.loads((run / "metrics.json").read_text())["status"] == "completed"
     for search in (workdir / "results/search").iterdir():
         assert json.loads((search / "best.json").read_text())["n_trials"] == 3
-    assert not (workdir / "results/experiments/costly.csv").exists()   # opt-in, not chosen
+    assert not (workdir / "results/experiments/costly.csv").exists()  # opt-in, not chosen
     if "report" in plan:
         assert (workdir / "results/report/index.html").stat().st_size > 0
 
@@ -175,16 +189,24 @@ RESUME = {
     "results": "results",
     "defaults": {
         "model": {"backbone": "tiny_cnn", "embedding_size": 16},
-        "dataset": {"image_size": 32, "resize": 32, "train_crop": "random", "batch_size": 16,
-                    "sampler": "m_per_class", "m": 4, "params": {"num_classes": 12, "images_per_class": 80}},
+        "dataset": {
+            "image_size": 32,
+            "resize": 32,
+            "train_crop": "random",
+            "batch_size": 16,
+            "sampler": "m_per_class",
+            "m": 4,
+            "params": {"num_classes": 12, "images_per_class": 80},
+        },
         "epochs": 3,
         "steps_per_epoch": 30,  # 90 steps of >= STEP_SECONDS: longer than one 1-minute allocation
         "eval": {"every": 0, "before_training": False, "ks": [1, 2]},
     },
     "datasets": {"synthetic": {"dataset": {"name": "synthetic"}}},
     "methods": {"proxy_anchor": {"loss": {"name": "proxy_anchor"}}},
-    "experiments": {"resume": {"methods": ["proxy_anchor"], "datasets": ["synthetic"],
-                               "metrics": ["recall@1", "recall@2"]}},
+    "experiments": {
+        "resume": {"methods": ["proxy_anchor"], "datasets": ["synthetic"], "metrics": ["recall@1", "recall@2"]}
+    },
     # the shortest SLURM allows; warning 0: SLURM's own SIGTERM at the limit (a warning signal can
     # come up to a minute early, i.e. at once in a 1-minute job)
     "resources": {"train": {"default": {"runtime": 1, "mem_mb": 1000, "gpu": 1, "warning": 0}}},
@@ -197,11 +219,28 @@ def test_a_run_longer_than_its_time_limit_resumes_across_allocations_to_the_same
     reference, sliced = tmp_path / "undisturbed", tmp_path / "sliced"
     sliced.mkdir()
     # the undisturbed run, locally and at full speed, while the sliced one waits for SLURM
-    undisturbed = subprocess.Popen([str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(reference),
-                                    "--configfile", str(config), "--cores", "1", table],
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    env = {**os.environ, "DMLREPRO_TEST_STEP_SECONDS": str(STEP_SECONDS),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(SLOW_STEPS), os.environ.get("PYTHONPATH")]))}
+    undisturbed = subprocess.Popen(
+        [
+            str(SNAKEMAKE),
+            "-s",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(reference),
+            "--configfile",
+            str(config),
+            "--cores",
+            "1",
+            table,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    env = {
+        **os.environ,
+        "DMLREPRO_TEST_STEP_SECONDS": str(STEP_SECONDS),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(SLOW_STEPS), os.environ.get("PYTHONPATH")])),
+    }
     try:
         through_slurm(sliced, config, table, env=env, timeout=420)
     finally:

@@ -21,8 +21,15 @@ CONFIG = {
     "results": "results",
     "defaults": {
         "model": {"backbone": "tiny_cnn", "embedding_size": 16},
-        "dataset": {"image_size": 32, "resize": 32, "train_crop": "random", "batch_size": 16,
-                    "sampler": "m_per_class", "m": 4, "params": {"num_classes": 12, "images_per_class": 6}},
+        "dataset": {
+            "image_size": 32,
+            "resize": 32,
+            "train_crop": "random",
+            "batch_size": 16,
+            "sampler": "m_per_class",
+            "m": 4,
+            "params": {"num_classes": 12, "images_per_class": 6},
+        },
         "epochs": 1,
         "steps_per_epoch": 2,
         "eval": {"every": 0, "before_training": False, "ks": [1, 2]},
@@ -31,8 +38,9 @@ CONFIG = {
     "datasets": {"synthetic": {"dataset": {"name": "synthetic"}}},
     "methods": {"proxy_anchor": {"loss": {"name": "proxy_anchor"}}},
     "experiments": {"cpus": {"methods": ["proxy_anchor"], "datasets": ["synthetic"], "metrics": ["recall@1"]}},
-    "resources": {"train": {"default": {"runtime": 5, "mem_mb": 1000, "gpu": 1, "cpus": 1},
-                            "synthetic": {"cpus": 2}}},  # the local node has 2 CPUs
+    "resources": {
+        "train": {"default": {"runtime": 5, "mem_mb": 1000, "gpu": 1, "cpus": 1}, "synthetic": {"cpus": 2}}
+    },  # the local node has 2 CPUs
 }
 TABLE = "results/experiments/cpus.csv"
 
@@ -41,9 +49,23 @@ def test_cpus_become_the_train_jobs_threads(tmp_path):
     """Without SLURM: a local run gets the dataset's cpus as its threads (the CPU budget it logs)."""
     config = {**CONFIG, "resources": {"train": {"default": {"cpus": 3}, "synthetic": {"cpus": 12}}}}
     path = write_config(tmp_path / "cpus.yaml", config)
-    done = subprocess.run([str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-                           "--configfile", str(path), "--cores", "16", TABLE],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            str(SNAKEMAKE),
+            "-s",
+            str(REPO / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--configfile",
+            str(path),
+            "--cores",
+            "16",
+            TABLE,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     [log] = (tmp_path / "results/logs/train").iterdir()
     assert re.search(r"CPUs available \(threads asked: 12\)", log.read_text()), log.read_text()[-3000:]
@@ -91,7 +113,8 @@ def test_launch_asks_submitit_for_the_cpus(tmp_path, monkeypatch):
 
     monkeypatch.setattr(submitit, "AutoExecutor", Executor)
     conf = tmp_path / "run.yaml"
-    conf.write_text(yaml.safe_dump({"dataset": {"name": "synthetic"}, "model": {"backbone": "tiny_cnn"},
-                                    "num_workers": "auto"}))
+    conf.write_text(
+        yaml.safe_dump({"dataset": {"name": "synthetic"}, "model": {"backbone": "tiny_cnn"}, "num_workers": "auto"})
+    )
     assert cli.launch_main([str(conf), str(tmp_path / "out"), "--executor", "slurm", "--cpus", "12"]) == 0
     assert seen["cpus_per_task"] == 12

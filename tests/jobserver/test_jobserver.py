@@ -22,7 +22,7 @@ import pytest
 
 from dmlrepro import jobserver
 
-TARGETS = '''
+TARGETS = """
 import json, os, signal, sys, time
 def record(path, word):
     print("hello from", word)
@@ -48,7 +48,7 @@ def sleep_forever(path):  # as the engine does: SIGTERM -> exit 75 (checkpoint, 
     with open(path, "w") as f:
         f.write(str(os.getpid()))
     time.sleep(600)
-'''
+"""
 
 #: the test targets a test server runs (not `unlisted`)
 TEST_ENTRY_POINTS = {f"jobtargets:{name}" for name in ("record", "fail", "exit_with", "pools", "sleep_forever")}
@@ -73,8 +73,15 @@ def server(tmp_path, monkeypatch):
 def _job(tmp_path, call: str, env=None, **popen) -> subprocess.Popen:
     """A job process (what a workflow script is) that calls run_job."""
     code = f"from dmlrepro.jobserver import run_job; run_job({call})"
-    return subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, **(env or {})},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
 
 
 def test_a_job_runs_in_a_child_of_the_server_with_its_cwd_env_and_log(server, tmp_path):
@@ -89,8 +96,7 @@ def test_a_job_runs_in_a_child_of_the_server_with_its_cwd_env_and_log(server, tm
 
 
 @pytest.mark.parametrize("served", [True, False])
-def test_a_jobs_thread_pools_are_its_threads_and_the_next_jobs_are_as_they_were(server, tmp_path, monkeypatch,
-                                                                               served):
+def test_a_jobs_thread_pools_are_its_threads_and_the_next_jobs_are_as_they_were(server, tmp_path, monkeypatch, served):
     """A job's budget reaches the pools loaded before it (numpy's BLAS) and those it loads (faiss's
     OpenMP), served or in its own process; the server's own pools stay as they were."""
     from threadpoolctl import threadpool_info
@@ -106,8 +112,13 @@ def test_a_jobs_thread_pools_are_its_threads_and_the_next_jobs_are_as_they_were(
     assert os.cpu_count() == 1 or max(default["loaded"]) > 1  # a budget that changes something
 
 
-@pytest.mark.parametrize("call, status, text", [("'jobtargets:fail', log='job.log'", 1, "ValueError: a failing job"),
-                                                ("'jobtargets:exit_with', 75, log='job.log'", 75, None)])
+@pytest.mark.parametrize(
+    "call, status, text",
+    [
+        ("'jobtargets:fail', log='job.log'", 1, "ValueError: a failing job"),
+        ("'jobtargets:exit_with', 75, log='job.log'", 75, None),
+    ],
+)
 def test_the_job_exits_with_the_functions_status(server, tmp_path, call, status, text):
     job = _job(tmp_path, call)
     _, err = job.communicate(timeout=60)
@@ -162,8 +173,13 @@ def test_the_server_exits_with_its_parent_and_removes_its_folder(tmp_path):
         server = jobserver.start(preload=())
         print(server.pid, server.folder, flush=True)
     """)
-    done = subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, check=True,
-                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    done = subprocess.run(
+        [sys.executable, "-c", starter],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
     pid, folder = done.stdout.split()
     assert Path(folder).parent == tmp_path and Path(folder).name.startswith("dmlrepro-jobs-")
     assert _gone(int(pid))
@@ -185,18 +201,27 @@ def test_stop_removes_the_temporary_folder_and_leaves_a_given_one(tmp_path, monk
 
 # -- what a connection may ask -------------------------------------------------------------------
 
+
 def test_the_entry_points_are_the_functions_the_workflow_scripts_hand_over():
-    called = {m.group(1) for script in (REPO / "workflow/scripts").glob("*.py")
-              for m in re.finditer(r'run_job\(\s*"([\w.]+:\w+)"', script.read_text())}
+    called = {
+        m.group(1)
+        for script in (REPO / "workflow/scripts").glob("*.py")
+        for m in re.finditer(r'run_job\(\s*"([\w.]+:\w+)"', script.read_text())
+    }
     assert called == jobserver.ENTRY_POINTS
     for target in called:  # each names a function that exists
         module, _, name = target.partition(":")
         assert callable(getattr(__import__(module, fromlist=[name]), name)), target
 
 
-@pytest.mark.parametrize("call", ["'os:system', 'touch pwned', log='job.log'",
-                                  "'jobtargets:unlisted', 'pwned', log='job.log'",
-                                  "'subprocess:run', ['touch', 'pwned'], log='job.log'"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "'os:system', 'touch pwned', log='job.log'",
+        "'jobtargets:unlisted', 'pwned', log='job.log'",
+        "'subprocess:run', ['touch', 'pwned'], log='job.log'",
+    ],
+)
 def test_a_request_naming_another_function_is_refused(server, tmp_path, call):
     job = _job(tmp_path, call)
     _, err = job.communicate(timeout=60)
@@ -239,10 +264,18 @@ def _raw_request(path: str, payload: bytes) -> bytes:
 
 @pytest.mark.parametrize("kind", ["pickle", "not an object", "a missing key"])
 def test_a_request_that_is_not_the_json_request_runs_nothing(server, tmp_path, kind):
-    payload = {"pickle": pickle.dumps(_Executes(tmp_path / "pwned")),
-               "not an object": b'["jobtargets:record"]',
-               "a missing key": json.dumps({"target": "jobtargets:record", "args": [str(tmp_path / "pwned")],
-                                            "kwargs": {}, "log": str(tmp_path / "job.log")}).encode()}[kind]
+    payload = {
+        "pickle": pickle.dumps(_Executes(tmp_path / "pwned")),
+        "not an object": b'["jobtargets:record"]',
+        "a missing key": json.dumps(
+            {
+                "target": "jobtargets:record",
+                "args": [str(tmp_path / "pwned")],
+                "kwargs": {},
+                "log": str(tmp_path / "job.log"),
+            }
+        ).encode(),
+    }[kind]
     socket_path = os.environ[jobserver.JOBSERVER_ENV]
     answer = _raw_request(socket_path, payload)
     assert answer[:4] == jobserver.REFUSED.to_bytes(4, "big")
@@ -285,7 +318,9 @@ def test_arguments_travel_as_json_served_or_not(server, tmp_path, monkeypatch):
     for served in (True, False):
         if not served:
             monkeypatch.delenv(jobserver.JOBSERVER_ENV)
-        job = _job(tmp_path, "'jobtargets:record', __import__('pathlib').Path('out.json'), word=('a', 1), log='job.log'")
+        job = _job(
+            tmp_path, "'jobtargets:record', __import__('pathlib').Path('out.json'), word=('a', 1), log='job.log'"
+        )
         assert job.wait(timeout=60) == 0
         assert json.loads((tmp_path / "out.json").read_text())["word"] == ["a", 1]
     job = _job(tmp_path, "'jobtargets:record', 'out.json', word={1j}, log='job.log'")

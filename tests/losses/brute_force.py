@@ -9,31 +9,35 @@ import torch
 
 def pfml_potentials(delta_att, delta_rep, alpha, alpha0_mode="linear"):
     """ψ_att, ψ_rep of PFML eqs. (1)–(2) as functions of a scalar distance (torch 0-d tensors)."""
+
     def att(d):
         if alpha > 0:
-            return -(1.0 / delta_att ** alpha) if d < delta_att else -(1.0 / d ** alpha)
+            return -(1.0 / delta_att**alpha) if d < delta_att else -(1.0 / d**alpha)
         if alpha0_mode == "linear":
             return delta_att if d < delta_att else d
         return -1.0
 
     def rep(d):
         if alpha > 0:
-            return 1.0 / d ** alpha if d < delta_rep else 1.0 / delta_rep ** alpha
+            return 1.0 / d**alpha if d < delta_rep else 1.0 / delta_rep**alpha
         if alpha0_mode == "linear":
             return -d if d < delta_rep else -delta_rep
         return 1.0
+
     return att, rep
 
 
 def cpml_potentials(delta_att, delta_rep, repulsion="mirror"):
     """ψ*_att (supp. eq. 2) and the two readings of ψ*_rep (docs/readings/pfml.md#pfml-r8)."""
+
     def att(d):
-        return delta_att ** 2 if d < delta_att else d ** 2
+        return delta_att**2 if d < delta_att else d**2
 
     def rep(d):
         if repulsion == "mirror":
-            return -(d ** 2) if d < delta_rep else -(delta_rep ** 2)
+            return -(d**2) if d < delta_rep else -(delta_rep**2)
         return (delta_rep - d) ** 2 if d < delta_rep else 0.0 * d
+
     return att, rep
 
 

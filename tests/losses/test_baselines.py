@@ -41,10 +41,18 @@ DEFAULTS = {
     # PML NPairsLoss: no hyperparameters
     "npair": {},
 }
-PML_CLASSES = {"proxy_anchor": "ProxyAnchorLoss", "proxy_nca": "ProxyNCALoss", "soft_triple": "SoftTripleLoss",
-               "multi_similarity": "MultiSimilarityLoss", "triplet": "TripletMarginLoss",
-               "contrastive": "ContrastiveLoss", "normalized_softmax": "NormalizedSoftmaxLoss",
-               "arcface": "ArcFaceLoss", "cosface": "CosFaceLoss", "npair": "NPairsLoss"}
+PML_CLASSES = {
+    "proxy_anchor": "ProxyAnchorLoss",
+    "proxy_nca": "ProxyNCALoss",
+    "soft_triple": "SoftTripleLoss",
+    "multi_similarity": "MultiSimilarityLoss",
+    "triplet": "TripletMarginLoss",
+    "contrastive": "ContrastiveLoss",
+    "normalized_softmax": "NormalizedSoftmaxLoss",
+    "arcface": "ArcFaceLoss",
+    "cosface": "CosFaceLoss",
+    "npair": "NPairsLoss",
+}
 WITH_CLASSES = {"proxy_anchor", "proxy_nca", "soft_triple", "normalized_softmax", "arcface", "cosface"}
 
 
@@ -142,8 +150,11 @@ def test_errors_name_the_loss_and_key():
 
 
 def test_every_name_builds():
-    paper = {"pfml": {"proxies_per_class": 2}, "cpml": {"proxies_per_class": 2},
-             "rsw": {"alpha": 1.0, "k1": 0.5, "k2": 1.5}}
+    paper = {
+        "pfml": {"proxies_per_class": 2},
+        "cpml": {"proxies_per_class": 2},
+        "rsw": {"alpha": 1.0, "k1": 0.5, "k2": 1.5},
+    }
     z, y = batch(3)
     for name in LOSS_NAMES:
         loss = build_loss(name, NUM_CLASSES, DIM, **paper.get(name, {}))
@@ -152,11 +163,19 @@ def test_every_name_builds():
         assert torch.isfinite(zr.grad).all(), name
 
 
-@pytest.mark.parametrize("name,kwargs,per_class,normalised", [
-    ("pfml", {"proxies_per_class": 3}, 3, False), ("pfml", {"proxies_per_class": 2, "normalize_proxies": True}, 2, True),
-    ("rsw", {"alpha": 1.0, "k1": 0.5, "k2": 1.5}, 1, False), ("proxy_anchor", {}, 1, True), ("proxy_nca", {}, 1, True),
-    ("soft_triple", {"centers_per_class": 4}, 4, True), ("normalized_softmax", {}, 1, True), ("arcface", {}, 1, True),
-])
+@pytest.mark.parametrize(
+    "name,kwargs,per_class,normalised",
+    [
+        ("pfml", {"proxies_per_class": 3}, 3, False),
+        ("pfml", {"proxies_per_class": 2, "normalize_proxies": True}, 2, True),
+        ("rsw", {"alpha": 1.0, "k1": 0.5, "k2": 1.5}, 1, False),
+        ("proxy_anchor", {}, 1, True),
+        ("proxy_nca", {}, 1, True),
+        ("soft_triple", {"centers_per_class": 4}, 4, True),
+        ("normalized_softmax", {}, 1, True),
+        ("arcface", {}, 1, True),
+    ],
+)
 def test_proxy_points_layout_and_space(name, kwargs, per_class, normalised):
     from dmlrepro.losses import proxy_points
 

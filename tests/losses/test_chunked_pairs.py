@@ -38,11 +38,18 @@ def force_chunks(monkeypatch, rows, n):
     assert n * n * potential_field.DENSE_BYTES_PER_PAIR > rows * n
 
 
-KINDS = [("pfml", {"alpha": 4.0}), ("pfml", {"alpha": 1.0}), ("pfml", {"alpha": 0.0, "alpha0_mode": "linear"}),
-         ("cpml", {"repulsion": "mirror"}), ("cpml", {"repulsion": "hinge"})]
+KINDS = [
+    ("pfml", {"alpha": 4.0}),
+    ("pfml", {"alpha": 1.0}),
+    ("pfml", {"alpha": 0.0, "alpha0_mode": "linear"}),
+    ("cpml", {"repulsion": "mirror"}),
+    ("cpml", {"repulsion": "hinge"}),
+]
 
 
-@pytest.mark.parametrize("kind,pair_search,rows", list(itertools.product(range(len(KINDS)), ["dense", "neighbour"], [1, 5])))
+@pytest.mark.parametrize(
+    "kind,pair_search,rows", list(itertools.product(range(len(KINDS)), ["dense", "neighbour"], [1, 5]))
+)
 def test_chunked_pass_equals_literal_equations(monkeypatch, kind, pair_search, rows):
     name, kwargs = KINDS[kind]
     num_classes, m, batch, dim, delta_att, delta_rep = 4, 3, 7, 4, 0.5, 0.8

@@ -26,7 +26,7 @@ def problem(seed=0, batch=8, classes=5, dim=6, hidden=7):
 
 
 def unit(v):
-    return v / torch.sqrt(sum(a ** 2 for a in v))
+    return v / torch.sqrt(sum(a**2 for a in v))
 
 
 def literal(loss: HISTLoss, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -47,8 +47,14 @@ def literal(loss: HISTLoss, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     dist_loss = sum(terms) / len(terms)
     # incidence over the classes present in the batch, in class order
     present = sorted({int(v) for v in y})
-    h = torch.stack([torch.stack([torch.ones((), dtype=x.dtype) if int(y[i]) == k else torch.exp(-loss.alpha * d[i][k])
-                                  for k in present]) for i in range(n)])
+    h = torch.stack(
+        [
+            torch.stack(
+                [torch.ones((), dtype=x.dtype) if int(y[i]) == k else torch.exp(-loss.alpha * d[i][k]) for k in present]
+            )
+            for i in range(n)
+        ]
+    )
     dv = torch.diag(h.sum(dim=1) ** -0.5)
     de = torch.diag(h.sum(dim=0) ** -1)
     g = dv @ h @ torch.eye(len(present), dtype=x.dtype) @ de @ h.t() @ dv

@@ -7,8 +7,15 @@ from dmlrepro.losses import ASAPLoss, PairLoss, PFMLLoss, RSWLoss, XBMLoss, buil
 from dmlrepro.losses.base import full_precision
 
 
-@pytest.mark.parametrize("dtype,expected", [(torch.bfloat16, torch.float32), (torch.float16, torch.float32),
-                                            (torch.float32, torch.float32), (torch.float64, torch.float64)])
+@pytest.mark.parametrize(
+    "dtype,expected",
+    [
+        (torch.bfloat16, torch.float32),
+        (torch.float16, torch.float32),
+        (torch.float32, torch.float32),
+        (torch.float64, torch.float64),
+    ],
+)
 def test_full_precision_turns_autocast_off(dtype, expected):
     x = torch.ones(2, 3, dtype=dtype)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -18,8 +25,16 @@ def test_full_precision_turns_autocast_off(dtype, expected):
         assert torch.is_autocast_cpu_enabled()
 
 
-@pytest.mark.parametrize("loss", [PFMLLoss(3, 4, 2), RSWLoss(3, 4, alpha=1.0, k1=0.5, k2=1.5), ASAPLoss("c2", 3, 4, 2),
-                                  XBMLoss("c1", 4), build_loss("pair_ms", 3, 4)])
+@pytest.mark.parametrize(
+    "loss",
+    [
+        PFMLLoss(3, 4, 2),
+        RSWLoss(3, 4, alpha=1.0, k1=0.5, k2=1.5),
+        ASAPLoss("c2", 3, 4, 2),
+        XBMLoss("c1", 4),
+        build_loss("pair_ms", 3, 4),
+    ],
+)
 def test_wrong_embedding_shape_is_named(loss):
     with pytest.raises(ValueError, match=rf"{type(loss).__name__}: embeddings must be \(B, 4\), got \(5, 3\)"):
         loss(torch.randn(5, 3), torch.zeros(5, dtype=torch.long))

@@ -6,8 +6,13 @@ import pytest
 import torch
 
 from dmlrepro.losses import CPMLLoss, PFMLLoss
-from dmlrepro.losses.distances import (raised_threshold, search_columns, search_rounding_bound, search_rows,
-                                      squared_distance_estimates)
+from dmlrepro.losses.distances import (
+    raised_threshold,
+    search_columns,
+    search_rounding_bound,
+    search_rows,
+    squared_distance_estimates,
+)
 from dmlrepro.losses.neighbour_list import NeighbourList
 
 
@@ -55,9 +60,15 @@ def test_skin_zero_refreshes_every_moved_row():
     assert set(zip(first.tolist(), second.tolist())) == {(0, 2)}
 
 
-@pytest.mark.parametrize("loss_class,kwargs,pair_chunk", [(PFMLLoss, {"alpha": 4.0}, None), (PFMLLoss, {"alpha": 0.0}, None),
-                                                          (CPMLLoss, {"repulsion": "hinge"}, None),
-                                                          (PFMLLoss, {"alpha": 4.0}, 7)])
+@pytest.mark.parametrize(
+    "loss_class,kwargs,pair_chunk",
+    [
+        (PFMLLoss, {"alpha": 4.0}, None),
+        (PFMLLoss, {"alpha": 0.0}, None),
+        (CPMLLoss, {"repulsion": "hinge"}, None),
+        (PFMLLoss, {"alpha": 4.0}, 7),
+    ],
+)
 def test_neighbour_mode_equals_dense_during_training(monkeypatch, loss_class, kwargs, pair_chunk):
     """Same proxies, one optimiser: value and gradients of both modes agree at every step (fp32).
 
@@ -75,7 +86,7 @@ def test_neighbour_mode_equals_dense_during_training(monkeypatch, loss_class, kw
         sparse.proxies.copy_(dense.proxies)
     optimiser = torch.optim.Adam(dense.parameters(), lr=0.02)
     rows = []
-    for step in range(25):
+    for _ in range(25):
         z = torch.nn.functional.normalize(torch.randn(32, dim), dim=1).requires_grad_()
         y = torch.randint(0, num_classes, (32,))
         with torch.no_grad():
@@ -116,8 +127,9 @@ def test_far_points_travel_far_but_not_past_a_newcomer():
     assert set(zip(first.tolist(), second.tolist())) == {(0, 2)}
 
 
-@pytest.mark.parametrize("dtype,roundoff", [(torch.bfloat16, 2.0 ** -8), (torch.float32, 2.0 ** -24),
-                                             (torch.float32, 2.0 ** -11)])
+@pytest.mark.parametrize(
+    "dtype,roundoff", [(torch.bfloat16, 2.0**-8), (torch.float32, 2.0**-24), (torch.float32, 2.0**-11)]
+)
 @pytest.mark.parametrize("scale", [0.05, 1.0, 6.0])
 def test_search_error_is_within_its_bound(scale, dtype, roundoff):
     """The GEMM's error against float64 distances stays within the bound, and the bound is not vacuous.
@@ -128,14 +140,14 @@ def test_search_error_is_within_its_bound(scale, dtype, roundoff):
     a, b = torch.randn(300, 512, generator=g) * scale / 22, torch.randn(500, 512, generator=g) * scale / 22
     b[:50] = a[:50] + 1e-3 * torch.randn(50, 512, generator=g)  # near pairs, where cancellation is worst
     rows, columns = search_rows(a, dtype), search_columns(b, dtype)
-    if roundoff == 2.0 ** -11:
+    if roundoff == 2.0**-11:
         rows, columns = round_to_tf32(rows), round_to_tf32(columns)
     x = squared_distance_estimates(rows, columns).double()
     exact = torch.cdist(a.double(), b.double()).pow(2)
     bound = search_rounding_bound(float(a.norm(dim=1).max()), float(b.norm(dim=1).max()), 512, dtype, roundoff)
     error = (x - exact).abs().max().item()
     assert 0 < error <= bound
-    if roundoff > 2.0 ** -24:  # input rounding dominates: the bound is within 50x of the worst error seen
+    if roundoff > 2.0**-24:  # input rounding dominates: the bound is within 50x of the worst error seen
         assert error > bound / 50
     else:  # float32: the worst-case accumulation term dominates, yet it widens the search negligibly
         assert bound < 1e-3 * (float(a.norm(dim=1).max()) + float(b.norm(dim=1).max())) ** 2

@@ -40,7 +40,9 @@ def test_proxy_block_follows_the_devices_budget(monkeypatch):
     n = q.shape[0]
     dense = loss._different_class_proxies(q)
     assert loss.pair_path == "dense"
-    monkeypatch.setattr(potential_field, "memory_budget", lambda device: n * n * potential_field.DENSE_BYTES_PER_PAIR - 1)
+    monkeypatch.setattr(
+        potential_field, "memory_budget", lambda device: n * n * potential_field.DENSE_BYTES_PER_PAIR - 1
+    )
     chunked = loss._different_class_proxies(q)
     assert loss.pair_path == "chunked"
     assert chunked.item() == pytest.approx(dense.item(), rel=1e-6)

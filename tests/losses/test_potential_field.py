@@ -45,7 +45,11 @@ def reference(kind, z, y, p, num_classes, m, delta_att, delta_rep, alpha=None, a
         att, rep = cpml_potentials(delta_att, delta_rep, repulsion)
     zr, pr = z.clone().requires_grad_(), p.clone().requires_grad_()
     energy = total_energy(zr, y, pr, num_classes, m, att, rep, include_self=False)
-    grads = torch.autograd.grad(energy, [zr, pr], allow_unused=True) if torch.is_tensor(energy) and energy.requires_grad else (None, None)
+    grads = (
+        torch.autograd.grad(energy, [zr, pr], allow_unused=True)
+        if torch.is_tensor(energy) and energy.requires_grad
+        else (None, None)
+    )
     with torch.no_grad():
         literal = total_energy(z, y, p, num_classes, m, att, rep, include_self=True)
     return float(literal), att, [torch.zeros_like(t) if g is None else g for g, t in zip(grads, (z, p))]
@@ -59,15 +63,27 @@ def test_pfml_equals_literal_equations(pair_search, m, alpha_mode):
     alpha, alpha0_mode = alpha_mode
     num_classes, batch, dim, delta_att, delta_rep = 4, 7, 4, 0.5, 0.8
     z, y, p = make_problem(10 * m + int(alpha) + (alpha0_mode == "literal"), batch, num_classes, m, dim)
-    loss = build("pfml", num_classes, dim, m, p, delta_att, delta_rep, alpha=alpha, alpha0_mode=alpha0_mode,
-                 pair_search=pair_search)
+    loss = build(
+        "pfml",
+        num_classes,
+        dim,
+        m,
+        p,
+        delta_att,
+        delta_rep,
+        alpha=alpha,
+        alpha0_mode=alpha0_mode,
+        pair_search=pair_search,
+    )
     zr = z.clone().requires_grad_()
     value = loss(zr, y)
     value.backward()
     literal, att, (gz, gp) = reference("pfml", z, y, p, num_classes, m, delta_att, delta_rep, alpha, alpha0_mode)
     n_points = batch + num_classes * m
     # PFML-R2: literal eq. (6) = PFMLLoss + (B + NM)·ψ_att(0)
-    assert value.item() + n_points * float(att(torch.tensor(0.0, dtype=torch.float64))) == pytest.approx(literal, rel=1e-12, abs=1e-9)
+    assert value.item() + n_points * float(att(torch.tensor(0.0, dtype=torch.float64))) == pytest.approx(
+        literal, rel=1e-12, abs=1e-9
+    )
     torch.testing.assert_close(zr.grad, gz, rtol=1e-10, atol=1e-10)
     if m:
         torch.testing.assert_close(loss.proxies.grad, gp, rtol=1e-10, atol=1e-10)
@@ -76,7 +92,9 @@ def test_pfml_equals_literal_equations(pair_search, m, alpha_mode):
     assert ((d > 0) & (d < min(delta_att, delta_rep))).any() and (d > max(delta_att, delta_rep)).any()
 
 
-@pytest.mark.parametrize("pair_search,m,repulsion", list(itertools.product(["dense", "neighbour"], [0, 1, 3], ["mirror", "hinge"])))
+@pytest.mark.parametrize(
+    "pair_search,m,repulsion", list(itertools.product(["dense", "neighbour"], [0, 1, 3], ["mirror", "hinge"]))
+)
 def test_cpml_equals_literal_equations(pair_search, m, repulsion):
     num_classes, batch, dim, delta_att, delta_rep = 3, 6, 5, 0.6, 0.9
     z, y, p = make_problem(7 + m, batch, num_classes, m, dim)
@@ -86,7 +104,7 @@ def test_cpml_equals_literal_equations(pair_search, m, repulsion):
     value.backward()
     literal, att, (gz, gp) = reference("cpml", z, y, p, num_classes, m, delta_att, delta_rep, repulsion=repulsion)
     n_points = batch + num_classes * m
-    assert value.item() + n_points * delta_att ** 2 == pytest.approx(literal, rel=1e-12)
+    assert value.item() + n_points * delta_att**2 == pytest.approx(literal, rel=1e-12)
     torch.testing.assert_close(zr.grad, gz, rtol=1e-10, atol=1e-10)
     if m:
         torch.testing.assert_close(loss.proxies.grad, gp, rtol=1e-10, atol=1e-10)
@@ -116,8 +134,10 @@ def test_gradient_is_twice_the_field_gradient(who):
     for k in range(dim):
         step = torch.zeros(dim, dtype=torch.float64)
         step[k] = h
-        numeric[k] = (class_field(point + step, cls, z, y, p, num_classes, m, att, rep, skip)
-                      - class_field(point - step, cls, z, y, p, num_classes, m, att, rep, skip)) / (2 * h)
+        numeric[k] = (
+            class_field(point + step, cls, z, y, p, num_classes, m, att, rep, skip)
+            - class_field(point - step, cls, z, y, p, num_classes, m, att, rep, skip)
+        ) / (2 * h)
     analytic = zr.grad[index] if who == "sample" else loss.proxies.grad[index]
     assert numeric.abs().max() > 1e-3  # a real force acts here
     torch.testing.assert_close(analytic, 2 * numeric, rtol=1e-6, atol=1e-6)
@@ -143,13 +163,13 @@ def test_finite_gradients_at_coincident_points(kind, pair_search):
     num_classes, m, dim = 3, 2, 4
     z, y, p = make_problem(5, 6, num_classes, m, dim)
     z = z.float()
-    z[1] = z[0]            # duplicate image, same class
+    z[1] = z[0]  # duplicate image, same class
     z[3] = z[2]
     y[3] = (y[2] + 1) % num_classes  # coincident embeddings of different classes
     p = p.float()
-    p[y[0] * m] = z[0]     # proxy on a same-class sample
+    p[y[0] * m] = z[0]  # proxy on a same-class sample
     p[((y[4] + 1) % num_classes) * m] = z[4]  # proxy on an other-class sample
-    p[1] = p[2]            # proxies of different classes coincide
+    p[1] = p[2]  # proxies of different classes coincide
     loss = (PFMLLoss if kind == "pfml" else CPMLLoss)(num_classes, dim, m, delta=0.5, pair_search=pair_search)
     with torch.no_grad():
         loss.proxies.copy_(p)
@@ -196,11 +216,18 @@ def test_normalize_proxies_uses_unit_proxies():
     assert float(normed) == pytest.approx(float(explicit), rel=1e-12)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"alpha": -1.0}, "alpha"), ({"alpha0_mode": "wrong"}, "alpha0_mode"), ({"delta": 0.0}, "delta"),
-    ({"reduction": "max"}, "reduction"), ({"pair_search": "kd"}, "pair_search"), ({"proxy_init": "zeros"}, "proxy_init"),
-    ({"d_floor": 0.5}, "d_floor"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"alpha": -1.0}, "alpha"),
+        ({"alpha0_mode": "wrong"}, "alpha0_mode"),
+        ({"delta": 0.0}, "delta"),
+        ({"reduction": "max"}, "reduction"),
+        ({"pair_search": "kd"}, "pair_search"),
+        ({"proxy_init": "zeros"}, "proxy_init"),
+        ({"d_floor": 0.5}, "d_floor"),
+    ],
+)
 def test_bad_arguments_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         PFMLLoss(3, 4, 2, **kwargs)

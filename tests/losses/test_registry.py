@@ -24,26 +24,44 @@ from dmlrepro.train.config import ConfigError, resolve_run_config
 # Written from the papers, never read from the registry: the losses that learn one or more points per
 # class (PFML §3, CPML supp. §1, RSW eq. 8, ASAP eq. 4.11, Proxy-Anchor, ProxyNCA as PML writes it and as
 # published, SoftTriple's centres, and the class weights of normalised softmax, ArcFace and CosFace).
-PROXY_LOSSES = {"pfml", "cpml", "rsw", "asap_c1", "asap_c2", "asap_ms", "asap_triplet", "proxy_anchor", "proxy_nca",
-                "proxy_nca_paper", "soft_triple", "normalized_softmax", "arcface", "cosface"}
+PROXY_LOSSES = {
+    "pfml",
+    "cpml",
+    "rsw",
+    "asap_c1",
+    "asap_c2",
+    "asap_ms",
+    "asap_triplet",
+    "proxy_anchor",
+    "proxy_nca",
+    "proxy_nca_paper",
+    "soft_triple",
+    "normalized_softmax",
+    "arcface",
+    "cosface",
+}
 # ASAP Alg. 1 sets the proxies (k-Center picks); eq. 4.10 replaces them by embedded samples
 ASAP_PROXY_LOSSES = {"asap_c1", "asap_c2", "asap_ms", "asap_triplet"}
 # filled into loss.hparams when missing: RSW's official code, CUB phase 1 (docs/paper-config.md, RSW-R3);
 # PFML/CPML two proxies per class (docs/training.md's loss.hparams)
-CONFIG_DEFAULTS = {"pfml": {"proxies_per_class": 2}, "cpml": {"proxies_per_class": 2},
-                   "rsw": {"alpha": 28.4, "k1": 0.93, "k2": 1.15}}
+CONFIG_DEFAULTS = {
+    "pfml": {"proxies_per_class": 2},
+    "cpml": {"proxies_per_class": 2},
+    "rsw": {"alpha": 28.4, "k1": 0.93, "k2": 1.15},
+}
 
 
 def test_the_generated_catalog_is_the_declarations():
-    assert CATALOG_FILE.read_text(encoding="utf-8") == catalog_source(), \
-        "run python -m dmlrepro.losses.catalog --write"
+    assert CATALOG_FILE.read_text(encoding="utf-8") == catalog_source(), "run python -m dmlrepro.losses.catalog --write"
 
 
 def test_the_config_check_reads_the_catalog_without_torch():
-    script = ("import json, sys\nfrom dmlrepro.config_names import LOSS_NAMES, loss_catalog\n"
-              "from dmlrepro.report.readings import PAGES\n"
-              "assert 'torch' not in sys.modules\n"
-              "print(json.dumps({'names': list(LOSS_NAMES), 'catalog': loss_catalog(), 'pages': PAGES}))")
+    script = (
+        "import json, sys\nfrom dmlrepro.config_names import LOSS_NAMES, loss_catalog\n"
+        "from dmlrepro.report.readings import PAGES\n"
+        "assert 'torch' not in sys.modules\n"
+        "print(json.dumps({'names': list(LOSS_NAMES), 'catalog': loss_catalog(), 'pages': PAGES}))"
+    )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     seen = json.loads(done.stdout)
     losses, papers = catalog()
@@ -106,19 +124,31 @@ class ToyProxyLoss(nn.Module):
 @pytest.fixture
 def toy():
     """The toy declared the way a loss module declares itself; withdrawn after the test."""
-    register_loss("toy_proxy", paper=TOY_PAPER,
-                  proxies=Proxies(tensor=lambda loss: loss.centres, per_class=lambda loss: loss.per_class,
-                                  space=lambda points, loss: nn.functional.normalize(points, dim=-1)),
-                  lr_groups=lambda loss: {"scale": ([loss.scale], "head", 0.5)},
-                  config_defaults={"margin": 0.25})(ToyProxyLoss)
+    register_loss(
+        "toy_proxy",
+        paper=TOY_PAPER,
+        proxies=Proxies(
+            tensor=lambda loss: loss.centres,
+            per_class=lambda loss: loss.per_class,
+            space=lambda points, loss: nn.functional.normalize(points, dim=-1),
+        ),
+        lr_groups=lambda loss: {"scale": ([loss.scale], "head", 0.5)},
+        config_defaults={"margin": 0.25},
+    )(ToyProxyLoss)
     yield ToyProxyLoss
     REGISTRY.pop("toy_proxy")
 
 
 def _toy_config(**loss) -> dict:
-    return {"model": {"backbone": "tiny_cnn", "backbone_kwargs": {"widths": [8, 8], "strides": [2, 2]},
-                      "embedding_size": 4},
-            "loss": {"name": "toy_proxy", **loss}, "optimizer": {"name": "sgd", "lr": 0.1}}
+    return {
+        "model": {
+            "backbone": "tiny_cnn",
+            "backbone_kwargs": {"widths": [8, 8], "strides": [2, 2]},
+            "embedding_size": 4,
+        },
+        "loss": {"name": "toy_proxy", **loss},
+        "optimizer": {"name": "sgd", "lr": 0.1},
+    }
 
 
 def test_the_toy_is_unknown_until_declared():
@@ -205,11 +235,23 @@ def test_a_toy_run_gets_proxy_metrics_final_proxies_and_its_lr_group(toy, tmp_pa
     from dmlrepro.train import list_checkpoints, read_checkpoint, train_run
     from dmlrepro.train.state import RunDir
 
-    cfg = {**_toy_config(hparams={"per_class": 1}),
-           "dataset": {"name": "synthetic", "root": str(tmp_path / "data"),
-                       "params": {"num_classes": 8, "images_per_class": 6, "size": 32}, "image_size": 32,
-                       "resize": 32, "batch_size": 16, "eval_batch_size": 64},
-           "eval": {"proxy_metrics": ["w2", "avg_dtp"]}, "epochs": 2, "steps_per_epoch": 2, "seed": 0, "threads": 1}
+    cfg = {
+        **_toy_config(hparams={"per_class": 1}),
+        "dataset": {
+            "name": "synthetic",
+            "root": str(tmp_path / "data"),
+            "params": {"num_classes": 8, "images_per_class": 6, "size": 32},
+            "image_size": 32,
+            "resize": 32,
+            "batch_size": 16,
+            "eval_batch_size": 64,
+        },
+        "eval": {"proxy_metrics": ["w2", "avg_dtp"]},
+        "epochs": 2,
+        "steps_per_epoch": 2,
+        "seed": 0,
+        "threads": 1,
+    }
     record = train_run(cfg, tmp_path / "run", progress=False)
     assert record["status"] == "completed" and set(record["proxy_metrics"]) == {"w2", "avg_dtp"}
     rundir = RunDir(tmp_path / "run")

@@ -41,6 +41,7 @@ def eq7(alpha, k1, k2, k=1.0, delta=True):
         if t < alpha:
             return k1 * t + (k * (1 - k1) * t.detach() if delta else 0.0)
         return k2 * t + (1 - k2) * alpha
+
     return f1
 
 
@@ -55,8 +56,10 @@ def identity(t):
     return t
 
 
-@pytest.mark.parametrize("alpha,k1,k2,k,s", [(3.0, 0.4, 1.6, 1.0, 1.0), (10.0, 0.25, 2.25, 1.5, 0.7),
-                                             (0.0, 0.9, 1.2, 1.0, 2.0), (100.0, 0.8, 1.15, 1.3, 4.5)])
+@pytest.mark.parametrize(
+    "alpha,k1,k2,k,s",
+    [(3.0, 0.4, 1.6, 1.0, 1.0), (10.0, 0.25, 2.25, 1.5, 0.7), (0.0, 0.9, 1.2, 1.0, 2.0), (100.0, 0.8, 1.15, 1.3, 4.5)],
+)
 def test_rsw_equals_literal_eq8(alpha, k1, k2, k, s):
     e, y, p = problem()
     value, ge, gp = run(module(p, alpha=alpha, k1=k1, k2=k2, scale=s, delta_scale=k), e, y)
@@ -84,7 +87,8 @@ def test_k1_k2_one_is_eq4(alpha):
 
 
 def test_inside_alpha_value_is_eq4_but_gradient_scaled_by_k1():
-    """With Δ (k = 1) the value equals eq. 4 inside α; the analytic gradients ∂L/∂t_y = s·f1'·(1 − p_y), ∂L/∂t_j = −s·p_j."""
+    """With Δ (k = 1) the value equals eq. 4 inside α; the analytic gradients ∂L/∂t_y = s·f1'·(1 − p_y),
+    ∂L/∂t_j = −s·p_j."""
     e, y, p = problem(2)
     k1, s = 0.3, 1.7
     value, ge, _ = run(module(p, alpha=1e6, k1=k1, k2=1.5, scale=s), e, y)
@@ -143,7 +147,7 @@ def test_table3_functions_equal_their_printed_form(name):
     value, ge, _ = run(loss, e, y)
     spec = RSW_FUNCTIONS[name]
     if spec["function"] == "power":
-        f1 = f2 = lambda t, w=spec["power"]: t ** w  # noqa: E731
+        f1 = f2 = lambda t, w=spec["power"]: t**w  # noqa: E731
     elif math.isinf(spec["alpha"]):  # V5/V6: k1·t1 with no Δ, as printed
         f1, f2 = (lambda t, c=spec["k1"]: c * t), identity
     else:

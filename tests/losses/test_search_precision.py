@@ -5,17 +5,23 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dmlrepro.losses import PFMLLoss
-from dmlrepro.losses import search_precision as sp
+from dmlrepro.losses import PFMLLoss, search_precision as sp
 from dmlrepro.losses.distances import search_rounding_bound
 from dmlrepro.losses.neighbour_list import NeighbourList
 
 from test_neighbour_list import brute_near_pairs
 
 
-@pytest.mark.parametrize("device_type,native,expected", [
-    ("cpu", True, torch.bfloat16), ("cpu", False, torch.float32),
-    ("cuda", True, torch.float32), ("cuda", False, torch.float32), ("mps", True, torch.float32)])
+@pytest.mark.parametrize(
+    "device_type,native,expected",
+    [
+        ("cpu", True, torch.bfloat16),
+        ("cpu", False, torch.float32),
+        ("cuda", True, torch.float32),
+        ("cuda", False, torch.float32),
+        ("mps", True, torch.float32),
+    ],
+)
 def test_bfloat16_only_on_cpus_that_multiply_it_natively(device_type, native, expected):
     assert sp.search_dtype_for(device_type, native) == expected
 
@@ -30,9 +36,16 @@ def test_cpu_probe_falls_back_to_the_instruction_set_flags(monkeypatch):
     sp.cpu_has_native_bfloat16.cache_clear()
 
 
-@pytest.mark.parametrize("settings,roundoff", [
-    (["highest", "ieee", "none"], 2.0 ** -24), (["highest", "tf32", "none"], 2.0 ** -11),
-    (["high", "ieee", "none"], 2.0 ** -11), (["medium", "tf32"], 2.0 ** -8), (["highest", "bf16"], 2.0 ** -8)])
+@pytest.mark.parametrize(
+    "settings,roundoff",
+    [
+        (["highest", "ieee", "none"], 2.0**-24),
+        (["highest", "tf32", "none"], 2.0**-11),
+        (["high", "ieee", "none"], 2.0**-11),
+        (["medium", "tf32"], 2.0**-8),
+        (["highest", "bf16"], 2.0**-8),
+    ],
+)
 def test_float32_search_accounts_for_reduced_matmul_precision(settings, roundoff):
     """TF32 keeps 10 explicit mantissa bits (u = 2^-11), bfloat16 7 (u = 2^-8), float32 23 (u = 2^-24)."""
     assert sp.float32_matmul_roundoff(settings) == roundoff
@@ -42,12 +55,12 @@ def test_tf32_setting_widens_the_float32_bound_on_cuda():
     before = torch.backends.cuda.matmul.allow_tf32
     try:
         torch.backends.cuda.matmul.allow_tf32 = True
-        assert sp.input_roundoff(torch.float32, torch.device("cuda")) == 2.0 ** -11
-        assert sp.input_roundoff(torch.bfloat16, torch.device("cuda")) == 2.0 ** -8
+        assert sp.input_roundoff(torch.float32, torch.device("cuda")) == 2.0**-11
+        assert sp.input_roundoff(torch.bfloat16, torch.device("cuda")) == 2.0**-8
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
     if not before and torch.get_float32_matmul_precision() == "highest":
-        assert sp.input_roundoff(torch.float32, torch.device("cuda")) == 2.0 ** -24
+        assert sp.input_roundoff(torch.float32, torch.device("cuda")) == 2.0**-24
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -59,7 +72,7 @@ def test_every_row_search_finds_every_near_pair_once(dtype):
     labels = torch.arange(n // 3).repeat_interleave(3)
     points = torch.randn(n, dim, generator=g) * 0.5
     nlist = NeighbourList(radius, 0.02, chunk_rows=7, search_dtype=dtype)
-    for step in range(6):
+    for _ in range(6):
         points = points + 0.3 * torch.randn(n, dim, generator=g)
         first, second = nlist.pairs(points, labels)
         assert nlist.stats["rows_refreshed"] == n
@@ -84,8 +97,10 @@ def test_loss_is_bit_identical_whatever_the_search_precision():
     torch.manual_seed(6)
     z = torch.nn.functional.normalize(torch.randn(24, 8), dim=1)
     y = torch.randint(0, 30, (24,))
-    losses = [PFMLLoss(30, 8, 3, delta=0.5, pair_search="neighbour", search_dtype=dtype)
-              for dtype in (torch.bfloat16, torch.float32)]
+    losses = [
+        PFMLLoss(30, 8, 3, delta=0.5, pair_search="neighbour", search_dtype=dtype)
+        for dtype in (torch.bfloat16, torch.float32)
+    ]
     losses[1].load_state_dict(losses[0].state_dict())
     optimisers = [torch.optim.Adam(loss.parameters(), lr=0.05) for loss in losses]
     for _ in range(6):

@@ -103,8 +103,10 @@ def test_coincident_centres_stay_finite():
 def test_block_regulariser_stats_match_pml():
     torch.manual_seed(2)
     w = torch.randn(C * K, DIM)
-    ours, theirs = BlockSparseCentersRegularizer(C, K, collect_stats=True), \
-        regularizers.SparseCentersRegularizer(C, K, collect_stats=True)
+    ours, theirs = (
+        BlockSparseCentersRegularizer(C, K, collect_stats=True),
+        regularizers.SparseCentersRegularizer(C, K, collect_stats=True),
+    )
     ours(w), theirs(w)
     assert math.isclose(ours.same_class_center_sim, theirs.same_class_center_sim, rel_tol=1e-5, abs_tol=1e-6)
     assert math.isclose(ours.diff_class_center_sim, theirs.diff_class_center_sim, rel_tol=1e-4, abs_tol=1e-6)
@@ -112,8 +114,11 @@ def test_block_regulariser_stats_match_pml():
 
 def test_tau_zero_and_single_centre_are_plain_pml():
     z, y = batch(1)
-    for kwargs in ({"centers_per_class": K}, {"centers_per_class": K, "tau": 0.0},
-                   {"centers_per_class": 1, "tau": 0.2}):  # K = 1: R(w) ≡ 0, nothing attached
+    for kwargs in (
+        {"centers_per_class": K},
+        {"centers_per_class": K, "tau": 0.0},
+        {"centers_per_class": 1, "tau": 0.2},
+    ):  # K = 1: R(w) ≡ 0, nothing attached
         torch.manual_seed(4)
         ours = build_loss("soft_triple", C, DIM, **kwargs)
         assert ours.weight_regularizer is None

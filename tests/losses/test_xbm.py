@@ -11,17 +11,16 @@ import math
 import pytest
 import torch
 
-from dmlrepro.losses.asap import PairLoss
 from dmlrepro.losses import LOSS_NAMES, build_loss
+from dmlrepro.losses.asap import PairLoss
 from dmlrepro.losses.xbm import XBMLoss
-
 
 pytestmark = pytest.mark.usefixtures("float64_default")  # tests/conftest.py
 
 
 D = 3
 LABELS = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3])  # batch of 8: 4 classes × 2
-MARGINS = [(0.0, 0.3841), (0.2858, 0.5130)]      # (m⁺, m⁻): CUB and InShop/SOP of ASAP App. A.2
+MARGINS = [(0.0, 0.3841), (0.2858, 0.5130)]  # (m⁺, m⁻): CUB and InShop/SOP of ASAP App. A.2
 
 
 def _batches(seed, n, m=8, scale=0.7, unit=False):
@@ -39,6 +38,7 @@ def _batches(seed, n, m=8, scale=0.7, unit=False):
 
 
 # -- independent float64 reference: python lists, double loops --------------------------------------
+
 
 def _lip(row):
     """𝒩(v) = v / max(1, ‖v‖), one row."""
@@ -83,8 +83,9 @@ class BruteXBM:
         m_e = [r for r, _ in self.mem] if use_memory else []
         m_lab = [y for _, y in self.mem] if use_memory else []
         if self.combine == "sum" and use_memory:
-            loss = (_c2_brute(e, lab, e, lab, diag, self.mp, self.mn)
-                    + _c2_brute(e, lab, m_e, m_lab, set(), self.mp, self.mn))
+            loss = _c2_brute(e, lab, e, lab, diag, self.mp, self.mn) + _c2_brute(
+                e, lab, m_e, m_lab, set(), self.mp, self.mn
+            )
         else:  # union, or the plain in-batch loss when the memory is not used
             b_refs = [r.detach() for r in e] if detach_batch_refs else e
             loss = _c2_brute(e, lab, b_refs + m_e, lab + m_lab, diag, self.mp, self.mn)
@@ -95,8 +96,17 @@ class BruteXBM:
 
 
 def _xbm(memory_size, start_step=0, combine="sum", mp=0.0, mn=0.3841, **kw):
-    return build_loss("xbm_c2", 4, D, memory_size=memory_size, start_step=start_step, combine=combine,
-                      pos_margin=mp, neg_margin=mn, **kw)
+    return build_loss(
+        "xbm_c2",
+        4,
+        D,
+        memory_size=memory_size,
+        start_step=start_step,
+        combine=combine,
+        pos_margin=mp,
+        neg_margin=mn,
+        **kw,
+    )
 
 
 def _value_and_grad(loss_fn, z, labels, **kw):
@@ -107,6 +117,7 @@ def _value_and_grad(loss_fn, z, labels, **kw):
 
 
 # -- against the brute force ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("combine", ["sum", "union"])
 @pytest.mark.parametrize("mp,mn", MARGINS)
@@ -138,6 +149,7 @@ def test_c2_xbm_gradient_matches_finite_differences(combine):
 
 # -- pytorch-metric-learning oracles -----------------------------------------------------------------
 
+
 def test_union_matches_pml_cross_batch_memory():
     """PML's CrossBatchMemory enqueues the batch *before* the loss and then removes the self-comparisons
     (`remove_self_comparisons` with `curr_batch_idx`), so with memory_size M + B its references are the
@@ -162,7 +174,7 @@ def test_union_matches_pml_cross_batch_memory():
     for step, (z, labels) in enumerate(_batches(3, 6, unit=True)):
 
         def tangent(g):
-            return g - (g * z).sum(1, keepdim=True) * z
+            return g - (g * z).sum(1, keepdim=True) * z  # noqa: B023 (called in this iteration)
 
         v, g = _value_and_grad(ours, z, labels)
         pv, pg = _value_and_grad(pml, z, labels)
@@ -205,13 +217,14 @@ def test_sum_matches_pml_contrastive_with_pml_memory():
 
 # -- memory mechanics --------------------------------------------------------------------------------
 
+
 def test_ring_buffer_wraps_around_fifo():
     """memory 10, batches of 4 then 3: slots wrap mid-batch and the oldest entries are overwritten."""
     xbm = _xbm(10, 0, normalize="none")
     rows = torch.arange(1, 100, dtype=torch.float64).view(-1, 1).repeat(1, D)  # row k = (k, k, k)
     sizes, seen, k = [4, 4, 4, 3], [], 0
     for b in sizes:
-        z, labels = rows[k:k + b], torch.arange(k, k + b)
+        z, labels = rows[k : k + b], torch.arange(k, k + b)
         xbm(z, labels)
         seen += list(range(k, k + b))
         k += b
@@ -238,7 +251,11 @@ def test_before_start_step_the_loss_is_the_plain_pair_loss():
     """start_step=3: calls 0, 1, 2 equal PairLoss exactly (values and gradients); call 3 uses the
     memory filled during those calls (reading: enqueue also during pre-training)."""
     mp, mn = 0.2858, 0.5130
-    xbm, plain, ref = _xbm(40, 3, "sum", mp, mn), PairLoss("c2", pos_margin=mp, neg_margin=mn), BruteXBM(40, 3, mp, mn, "sum")
+    xbm, plain, ref = (
+        _xbm(40, 3, "sum", mp, mn),
+        PairLoss("c2", pos_margin=mp, neg_margin=mn),
+        BruteXBM(40, 3, mp, mn, "sum"),
+    )
     batches = _batches(6, 5)
     for step, (z, labels) in enumerate(batches):
         v, g = _value_and_grad(xbm, z, labels)
@@ -331,6 +348,7 @@ def test_memory_smaller_than_batch_is_rejected():
 
 
 # -- registry and the other base losses ------------------------------------------------------------
+
 
 def test_registry_builds_every_xbm_loss():
     loss = build_loss("xbm_c2", 5, 16, memory_size=96, start_step=0, pos_margin=0.0, neg_margin=0.3841)

@@ -230,11 +230,11 @@ def test_build_model_bn_freeze_key():
     assert bns and all(not m.training and not m.weight.requires_grad for m in bns)
 
 
-@pytest.mark.parametrize("head,size", [("linear", 16), ("layernorm_linear", 16), ("linear_layernorm", 16), ("mlp", 16), ("none", 0)])
+@pytest.mark.parametrize(
+    "head,size", [("linear", 16), ("layernorm_linear", 16), ("linear_layernorm", 16), ("mlp", 16), ("none", 0)]
+)
 def test_parameter_groups_partition_the_parameters(head, size):
-    model = build_model(
-        backbone="tiny_cnn", head=head, embedding_size=size, mlp_hidden=[32] if head == "mlp" else []
-    )
+    model = build_model(backbone="tiny_cnn", head=head, embedding_size=size, mlp_hidden=[32] if head == "mlp" else [])
     freeze_batchnorm(model)  # frozen parameters are still listed
     groups = parameter_groups(model)
     by_name = {g["name"]: g["params"] for g in groups}

@@ -145,9 +145,7 @@ def test_unverified_entry_needs_explicit_consent_then_loads_timm_vit(tmp_path, h
     from safetensors.torch import save_file
 
     # depth 2 instead of 12 keeps the test cheap; the key layout per block is the real one
-    upstream = randomize(
-        timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=1000, depth=2)
-    )
+    upstream = randomize(timm.create_model("vit_small_patch16_224", pretrained=False, num_classes=1000, depth=2))
     state = {k: v.contiguous() for k, v in upstream.state_dict().items()}
     save_file(state, str(serve_dir / "model.safetensors"))
     url = f"{base_url}/model.safetensors"
@@ -229,10 +227,7 @@ def test_torchvision_resnet50_keys_map_onto_the_timm_trunk():
     assert spec.url == "https://download.pytorch.org/models/resnet50-0676ba61.pth"
     assert spec.url == torchvision.models.ResNet50_Weights.IMAGENET1K_V1.url
     tv = {k: v.shape for k, v in torchvision.models.resnet50().state_dict().items()}
-    ours = {
-        k: v.shape
-        for k, v in build_model(backbone="resnet50", embedding_size=0).backbone.state_dict().items()
-    }
+    ours = {k: v.shape for k, v in build_model(backbone="resnet50", embedding_size=0).backbone.state_dict().items()}
     assert {k for k in tv if not k.startswith("fc.")} == set(ours)
     assert all(tv[k] == ours[k] for k in ours)
 

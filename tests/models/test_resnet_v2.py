@@ -37,8 +37,15 @@ def _randomized(model: nn.Module, seed: int = 0) -> nn.Module:
 
 
 def _bn(sd, name, x):
-    return F.batch_norm(x, sd[f"{name}.running_mean"], sd[f"{name}.running_var"], sd[f"{name}.weight"],
-                        sd[f"{name}.bias"], training=False, eps=EPS)
+    return F.batch_norm(
+        x,
+        sd[f"{name}.running_mean"],
+        sd[f"{name}.running_var"],
+        sd[f"{name}.weight"],
+        sd[f"{name}.bias"],
+        training=False,
+        eps=EPS,
+    )
 
 
 def _conv(sd, name, x, cout, k, stride=1):
@@ -127,13 +134,50 @@ def test_parameter_count_and_depth_by_hand():
 
     stem = conv(3, 16, 3, bias=True) + bn(16)  # 432 + 16 + 32 = 480
     # stage 0: block 0 (no pre-activation, projection 16 -> 64), block 1 (mid 64 // 2 = 32)
-    s0 = (conv(16, 16, 1) + bn(16) + conv(16, 16, 3) + bn(16) + conv(16, 64, 1) + conv(16, 64, 1)  # 4672
-          + bn(64) + conv(64, 32, 1) + bn(32) + conv(32, 32, 3) + bn(32) + conv(32, 64, 1))  # 13568
-    s1 = (bn(64) + conv(64, 64, 1) + bn(64) + conv(64, 64, 3) + bn(64) + conv(64, 128, 1) + conv(64, 128, 1)  # 57728
-          + bn(128) + conv(128, 64, 1) + bn(64) + conv(64, 64, 3) + bn(64) + conv(64, 128, 1))  # 53760
-    s2 = (bn(128) + conv(128, 128, 1) + bn(128) + conv(128, 128, 3) + bn(128) + conv(128, 256, 1)
-          + conv(128, 256, 1)  # 230144
-          + bn(256) + conv(256, 128, 1) + bn(128) + conv(128, 128, 3) + bn(128) + conv(128, 256, 1))  # 214016
+    s0 = (
+        conv(16, 16, 1)
+        + bn(16)
+        + conv(16, 16, 3)
+        + bn(16)
+        + conv(16, 64, 1)
+        + conv(16, 64, 1)  # 4672
+        + bn(64)
+        + conv(64, 32, 1)
+        + bn(32)
+        + conv(32, 32, 3)
+        + bn(32)
+        + conv(32, 64, 1)
+    )  # 13568
+    s1 = (
+        bn(64)
+        + conv(64, 64, 1)
+        + bn(64)
+        + conv(64, 64, 3)
+        + bn(64)
+        + conv(64, 128, 1)
+        + conv(64, 128, 1)  # 57728
+        + bn(128)
+        + conv(128, 64, 1)
+        + bn(64)
+        + conv(64, 64, 3)
+        + bn(64)
+        + conv(64, 128, 1)
+    )  # 53760
+    s2 = (
+        bn(128)
+        + conv(128, 128, 1)
+        + bn(128)
+        + conv(128, 128, 3)
+        + bn(128)
+        + conv(128, 256, 1)
+        + conv(128, 256, 1)  # 230144
+        + bn(256)
+        + conv(256, 128, 1)
+        + bn(128)
+        + conv(128, 128, 3)
+        + bn(128)
+        + conv(128, 256, 1)
+    )  # 214016
     final = bn(256)  # 512
     assert (stem, s0, s1, s2, final) == (480, 4672 + 13568, 57728 + 53760, 230144 + 214016, 512)
     assert sum(p.numel() for p in model.parameters()) == stem + s0 + s1 + s2 + final == 574_880
@@ -183,8 +227,9 @@ def test_reachable_by_name_and_through_the_model_builder_with_a_2d_head():
     assert spec.input_config["input_convention"] == "rgb_half"
 
     # as the c2_asap_2d method builds its model, with this trunk
-    model = build_model({"model": {"backbone": "resnetv2_20", "preset": "asap", "embedding_size": 2,
-                                   "l2_normalize": False}})
+    model = build_model(
+        {"model": {"backbone": "resnetv2_20", "preset": "asap", "embedding_size": 2, "l2_normalize": False}}
+    )
     assert isinstance(model.backbone, ResNet20V2) and model.input_convention == "rgb_half"
     assert isinstance(model.head, nn.Linear) and model.head.weight.shape == (2, 256) and model.head.bias is None
     x = torch.randn(6, 3, 28, 28)

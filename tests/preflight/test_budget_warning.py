@@ -12,12 +12,24 @@ WARNING = "this run cannot finish"
 
 
 def run(tmp_path, name, warmup=0):
-    cfg = {"dataset": {"name": "synthetic", "root": str(tmp_path / "data"), "image_size": 32, "resize": 32,
-                       "train_crop": "random", "batch_size": 16,
-                       "params": {"num_classes": 8, "images_per_class": 8, "size": 32}},
-           "model": {"backbone": "tiny_cnn", "embedding_size": 8},
-           "loss": {"name": "proxy_anchor"}, "epochs": 3, "warmup_epochs": warmup, "steps_per_epoch": 2,
-           "eval": {"every": 0, "before_training": False}, "threads": 1}
+    cfg = {
+        "dataset": {
+            "name": "synthetic",
+            "root": str(tmp_path / "data"),
+            "image_size": 32,
+            "resize": 32,
+            "train_crop": "random",
+            "batch_size": 16,
+            "params": {"num_classes": 8, "images_per_class": 8, "size": 32},
+        },
+        "model": {"backbone": "tiny_cnn", "embedding_size": 8},
+        "loss": {"name": "proxy_anchor"},
+        "epochs": 3,
+        "warmup_epochs": warmup,
+        "steps_per_epoch": 2,
+        "eval": {"every": 0, "before_training": False},
+        "threads": 1,
+    }
     train_run(cfg, tmp_path / name, progress=False)
 
 

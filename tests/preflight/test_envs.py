@@ -78,8 +78,13 @@ def test_jobs_see_the_checkouts_src(tmp_path):
     for before, expected in ((None, [str(REPO / "src")]), (f"/elsewhere{os.pathsep}{REPO / 'src'}", None)):
         if before is not None:
             env["PYTHONPATH"] = before
-        done = subprocess.run([sys.executable, "-c", PARSE, str(REPO), str(tmp_path)], capture_output=True,
-                              text=True, timeout=300, env=env)
+        done = subprocess.run(
+            [sys.executable, "-c", PARSE, str(REPO), str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         seen = done.stdout.strip().splitlines()[-1].removeprefix("PYTHONPATH=").split(os.pathsep)
         assert seen == (expected or before.split(os.pathsep))

@@ -19,11 +19,23 @@ EVAL_BATCH = 24  # the synthetic test split below has 16 images: the batch repea
 
 @pytest.fixture
 def trainer(tmp_path: Path):
-    cfg = resolve_run_config({
-        "dataset": {"name": "synthetic", "image_size": 32, "resize": 32, "train_crop": "random", "batch_size": 8,
-                    "eval_batch_size": EVAL_BATCH, "params": {"num_classes": 8, "images_per_class": 4, "size": 32}},
-        "model": {"backbone": "tiny_cnn", "embedding_size": 8}, "loss": {"name": "proxy_anchor"},
-        "num_workers": 0, "threads": 1})
+    cfg = resolve_run_config(
+        {
+            "dataset": {
+                "name": "synthetic",
+                "image_size": 32,
+                "resize": 32,
+                "train_crop": "random",
+                "batch_size": 8,
+                "eval_batch_size": EVAL_BATCH,
+                "params": {"num_classes": 8, "images_per_class": 4, "size": 32},
+            },
+            "model": {"backbone": "tiny_cnn", "embedding_size": 8},
+            "loss": {"name": "proxy_anchor"},
+            "num_workers": 0,
+            "threads": 1,
+        }
+    )
     cfg = stepping.preflight_config(cfg, device="cpu", source=data_source(cfg["dataset"], tmp_path / "none", tmp_path))
     with stepping.engine_process({**cfg, "device": "cpu"}) as run_cfg:
         built, _ = stepping.build_trainer(run_cfg, tmp_path / "run")
@@ -36,7 +48,7 @@ def test_the_batch_has_the_run_s_evaluation_size_the_split_repeated(trainer):
     ds = trainer.test_ds
     assert distinct == len(ds) == 16 and x.shape[0] == y.shape[0] == EVAL_BATCH
     items = torch.stack([ds[i][0] for i in range(distinct)])
-    assert torch.equal(x[:distinct], items) and torch.equal(x[distinct:], items[:EVAL_BATCH - distinct])
+    assert torch.equal(x[:distinct], items) and torch.equal(x[distinct:], items[: EVAL_BATCH - distinct])
     assert y.tolist() == [int(ds.labels[k % distinct]) for k in range(EVAL_BATCH)]
 
 
@@ -71,11 +83,24 @@ def test_the_loop_is_timed_after_a_warm_up_and_the_metrics_apart(trainer, monkey
 
 
 def test_a_gallery_split_is_searched_against_the_gallery_images_of_the_queries_classes(tmp_path, monkeypatch):
-    cfg = resolve_run_config({
-        "dataset": {"name": "inshop", "test_split": "query", "gallery_split": "gallery", "image_size": 32,
-                    "resize": 32, "train_crop": "random", "batch_size": 8, "eval_batch_size": EVAL_BATCH},
-        "model": {"backbone": "tiny_cnn", "embedding_size": 8, "pretrained": False},
-        "loss": {"name": "proxy_anchor"}, "num_workers": 0, "threads": 1})
+    cfg = resolve_run_config(
+        {
+            "dataset": {
+                "name": "inshop",
+                "test_split": "query",
+                "gallery_split": "gallery",
+                "image_size": 32,
+                "resize": 32,
+                "train_crop": "random",
+                "batch_size": 8,
+                "eval_batch_size": EVAL_BATCH,
+            },
+            "model": {"backbone": "tiny_cnn", "embedding_size": 8, "pretrained": False},
+            "loss": {"name": "proxy_anchor"},
+            "num_workers": 0,
+            "threads": 1,
+        }
+    )
     cfg = stepping.preflight_config(cfg, device="cpu", source=data_source(cfg["dataset"], tmp_path / "none", tmp_path))
     seen = []
     metrics = stepping.embedding_metrics

@@ -30,8 +30,18 @@ experiments:
   table: {methods: [pfml, pa], datasets: [synthetic], seeds: [0, 1]}
   alpha: {methods: [pfml], datasets: [synthetic], sweep: {loss.hparams.alpha: [2.0, 4.0]}}
 """
-KEYS = {"name", "runs", "status", "error", "step_seconds", "images_per_second", "synthetic_images_per_second",
-        "eval_images_per_second", "eval_metric_seconds", "peak_memory_mb"}
+KEYS = {
+    "name",
+    "runs",
+    "status",
+    "error",
+    "step_seconds",
+    "images_per_second",
+    "synthetic_images_per_second",
+    "eval_images_per_second",
+    "eval_metric_seconds",
+    "peak_memory_mb",
+}
 
 
 def preflight(tmp_path, monkeypatch, config, *extra):
@@ -39,8 +49,9 @@ def preflight(tmp_path, monkeypatch, config, *extra):
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     out = tmp_path / "preflight.json"
-    status = main(["--configfile", str(path), "--device", "cpu", "--steps", "2", "--retries", "1",
-                   "--json", str(out), *extra])
+    status = main(
+        ["--configfile", str(path), "--device", "cpu", "--steps", "2", "--retries", "1", "--json", str(out), *extra]
+    )
     return status, json.loads(out.read_text())
 
 
@@ -133,10 +144,32 @@ def test_workers_measure_every_shape_in_order(tmp_path, monkeypatch, capsys):
 def test_paper_config_every_shape_steps(tmp_path):
     """The issue's check: every shape of config/paper.yaml built and stepped on 2 CPU cores."""
     out = tmp_path / "paper.json"
-    done = subprocess.run([sys.executable, "-m", "dmlrepro.cli", "preflight", "--configfile", "config/paper.yaml",
-                           "--device", "cpu", "--steps", "1", "--batch-size", "4", "--shape-timeout", "600",
-                           "--workers", "2", "--json", str(out)], cwd=REPO, capture_output=True, text=True,
-                          timeout=3600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dmlrepro.cli",
+            "preflight",
+            "--configfile",
+            "config/paper.yaml",
+            "--device",
+            "cpu",
+            "--steps",
+            "1",
+            "--batch-size",
+            "4",
+            "--shape-timeout",
+            "600",
+            "--workers",
+            "2",
+            "--json",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     doc = json.loads(out.read_text())
     failed = {e["name"]: e["error"] for e in doc["configs"] if e["status"] != "ok"}
     # every shape steps, PFML 64-d on SOP included: at initialisation all of its 2.6e8 proxy pairs lie within

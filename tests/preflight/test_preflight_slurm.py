@@ -24,15 +24,26 @@ SLOW_STEPS = REPO / "tests/integration/slow_steps"  # sitecustomize: DMLREPRO_TE
 TINY = {
     "data_root": "data",
     "results": "results",
-    "defaults": {"model": {"backbone": "tiny_cnn", "embedding_size": 16},
-                 "dataset": {"image_size": 32, "resize": 32, "train_crop": "random", "batch_size": 16,
-                             "sampler": "m_per_class", "m": 4, "params": {"num_classes": 12, "images_per_class": 8}},
-                 "epochs": 2, "eval": {"every": 0, "before_training": False, "ks": [1, 2]}},
+    "defaults": {
+        "model": {"backbone": "tiny_cnn", "embedding_size": 16},
+        "dataset": {
+            "image_size": 32,
+            "resize": 32,
+            "train_crop": "random",
+            "batch_size": 16,
+            "sampler": "m_per_class",
+            "m": 4,
+            "params": {"num_classes": 12, "images_per_class": 8},
+        },
+        "epochs": 2,
+        "eval": {"every": 0, "before_training": False, "ks": [1, 2]},
+    },
     "datasets": {"synthetic": {"dataset": {"name": "synthetic"}}},
-    "methods": {"pfml": {"loss": {"name": "pfml", "hparams": {"proxies_per_class": 2, "reduction": "mean"}}},
-                "proxy_anchor": {"loss": {"name": "proxy_anchor"}}},
-    "experiments": {"table": {"methods": ["pfml", "proxy_anchor"], "datasets": ["synthetic"],
-                              "metrics": ["recall@1"]}},
+    "methods": {
+        "pfml": {"loss": {"name": "pfml", "hparams": {"proxies_per_class": 2, "reduction": "mean"}}},
+        "proxy_anchor": {"loss": {"name": "proxy_anchor"}},
+    },
+    "experiments": {"table": {"methods": ["pfml", "proxy_anchor"], "datasets": ["synthetic"], "metrics": ["recall@1"]}},
     "resources": {"train": {"default": {"runtime": 5, "mem_mb": 1500, "gpu": 1}}},
 }
 
@@ -50,9 +61,25 @@ def through_slurm(workdir: Path, config: dict, *args: str, env: dict | None = No
     """The workflow through the SLURM profile; its exit status is the caller's to check."""
     path = write_config(workdir / "config.yaml", config)
     try:
-        return subprocess.run([str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-                               "--configfile", str(path), "--profile", str(REPO / "slurm"), *POLL, *args],
-                              capture_output=True, text=True, timeout=600, env=env)
+        return subprocess.run(
+            [
+                str(SNAKEMAKE),
+                "-s",
+                str(REPO / "Snakefile"),
+                "--directory",
+                str(workdir),
+                "--configfile",
+                str(path),
+                "--profile",
+                str(REPO / "slurm"),
+                *POLL,
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
     finally:
         cancel_leftovers(workdir)
 
@@ -76,13 +103,22 @@ def test_preflight_target_is_one_gpu_job_writing_json_and_table(tmp_path):
 def test_training_job_that_cannot_finish_says_so_after_its_first_epoch(tmp_path):
     """1-minute limit, no retries, 4 epochs of >= 20 s: the log warns after epoch 1, before SLURM ends it."""
     tmp_path.chmod(0o755)
-    config = {**TINY, "experiments": {"slow": {"methods": ["proxy_anchor"], "datasets": ["synthetic"],
-                                               "metrics": ["recall@1"]}},
-              "resources": {"train": {"default": {"runtime": 1, "mem_mb": 1500, "gpu": 1, "warning": 0}}}}
-    config["defaults"] = {**TINY["defaults"], "epochs": 4, "steps_per_epoch": 20,
-                          "dataset": {**TINY["defaults"]["dataset"], "params": {"num_classes": 12, "images_per_class": 80}}}
-    env = {**os.environ, "DMLREPRO_TEST_STEP_SECONDS": "1.0",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(SLOW_STEPS), os.environ.get("PYTHONPATH")]))}
+    config = {
+        **TINY,
+        "experiments": {"slow": {"methods": ["proxy_anchor"], "datasets": ["synthetic"], "metrics": ["recall@1"]}},
+        "resources": {"train": {"default": {"runtime": 1, "mem_mb": 1500, "gpu": 1, "warning": 0}}},
+    }
+    config["defaults"] = {
+        **TINY["defaults"],
+        "epochs": 4,
+        "steps_per_epoch": 20,
+        "dataset": {**TINY["defaults"]["dataset"], "params": {"num_classes": 12, "images_per_class": 80}},
+    }
+    env = {
+        **os.environ,
+        "DMLREPRO_TEST_STEP_SECONDS": "1.0",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(SLOW_STEPS), os.environ.get("PYTHONPATH")])),
+    }
     through_slurm(tmp_path, config, "--retries", "0", "results/experiments/slow.csv", env=env)
     [log] = list((tmp_path / "results/logs/train").glob("*.log"))
     text = log.read_text()

@@ -3,17 +3,29 @@ hand-computed values from the formula in docs/preflight.md#projection."""
 
 import pytest
 
-from dmlrepro.preflight.projection import (RETRIES_ENV, TIME_LIMIT_ENV, RunCost, Speed, budget_hours, job_budget_env,
-                                           run_hours, split_counts, steps_per_epoch, summarize, count_test_evaluations,
-                                           warn_time_budget)
+from dmlrepro.preflight.projection import (
+    RETRIES_ENV,
+    TIME_LIMIT_ENV,
+    RunCost,
+    Speed,
+    budget_hours,
+    count_test_evaluations,
+    job_budget_env,
+    run_hours,
+    split_counts,
+    steps_per_epoch,
+    summarize,
+    warn_time_budget,
+)
 from dmlrepro.train.config import resolve_run_config
 
 CUB = {"train_images": 5864, "test_images": 5924}  # CUB-200-2011's published split
 
 
 def cub_run(**extra):
-    return resolve_run_config({"dataset": {"name": "cub200", "batch_size": 100}, "epochs": 200,
-                               "model": {"backbone": "tiny_cnn"}, **extra})
+    return resolve_run_config(
+        {"dataset": {"name": "cub200", "batch_size": 100}, "epochs": 200, "model": {"backbone": "tiny_cnn"}, **extra}
+    )
 
 
 def test_counts_are_the_published_ones():
@@ -26,8 +38,11 @@ def test_steps_and_evaluations():
     assert steps_per_epoch(cfg, 5864) == 58  # 5864 // 100, drop_last
     assert count_test_evaluations(cfg) == 201  # row 0 + every epoch
     assert count_test_evaluations(cub_run(epochs=12, eval={"every": 5})) == 4  # row 0, epochs 5, 10 and the last (12)
-    fold = cub_run(dataset={"name": "cub200", "batch_size": 32}, validation={"split": "fold", "n_folds": 4},
-                   eval={"select": "best_val"})
+    fold = cub_run(
+        dataset={"name": "cub200", "batch_size": 32},
+        validation={"split": "fold", "n_folds": 4},
+        eval={"select": "best_val"},
+    )
     assert steps_per_epoch(fold, 5864) == 4398 // 32  # three of four folds of the classes train
     assert count_test_evaluations(fold) == 2  # row 0, then the restored best model once
     assert steps_per_epoch(cub_run(steps_per_epoch=25), 5864) == 25
@@ -35,15 +50,16 @@ def test_steps_and_evaluations():
 
 def test_hours_by_hand():
     cfg = cub_run()
-    speed = Speed(step_seconds=0.5, batch_size=100, data_images_per_second=1000.0, eval_images_per_second=2000.0,
-                  workers=8)
+    speed = Speed(
+        step_seconds=0.5, batch_size=100, data_images_per_second=1000.0, eval_images_per_second=2000.0, workers=8
+    )
     # 200 epochs × 58 steps × 0.5 s; 201 test evaluations × 5924 images at min(2000, 1000) images/s
     assert run_hours(cfg, CUB, speed) == pytest.approx((200 * 58 * 0.5 + 201 * 5924 / 1000) / 3600, rel=1e-12)
     # measured at batch 4: per image, 0.02 s × 100 = 2 s a step; without workers data time adds up
-    small = Speed(step_seconds=0.08, batch_size=4, data_images_per_second=100.0, eval_images_per_second=50.0,
-                  workers=0)
-    assert run_hours(cfg, CUB, small) == pytest.approx((200 * 58 * (2.0 + 1.0) + 201 * 5924 * (1 / 50 + 1 / 100)) / 3600,
-                                                       rel=1e-12)
+    small = Speed(step_seconds=0.08, batch_size=4, data_images_per_second=100.0, eval_images_per_second=50.0, workers=0)
+    assert run_hours(cfg, CUB, small) == pytest.approx(
+        (200 * 58 * (2.0 + 1.0) + 201 * 5924 * (1 / 50 + 1 / 100)) / 3600, rel=1e-12
+    )
 
 
 def test_budget_and_summary():
@@ -77,21 +93,29 @@ def test_time_limit_reaches_only_slurm_jobs():
 def test_knn_seconds_by_hand():
     """Hours add queries × references × dimension × the measured rate per evaluation's search."""
     cfg = cub_run(model={"backbone": "tiny_cnn", "embedding_size": 64})
-    speed = Speed(step_seconds=0.5, batch_size=100, data_images_per_second=1000.0, eval_images_per_second=2000.0,
-                  workers=8)
+    speed = Speed(
+        step_seconds=0.5, batch_size=100, data_images_per_second=1000.0, eval_images_per_second=2000.0, workers=8
+    )
     rate = 1e-9  # seconds per query·reference·dimension
     base = run_hours(cfg, CUB, speed)
     assert run_hours(cfg, CUB, speed, rate) - base == pytest.approx(201 * 5924 * 5924 * 64 * rate / 3600, rel=1e-12)
     # a validation split searches its held-out classes after every epoch: 5864 / 4 = 1466 images
-    fold = cub_run(model={"backbone": "tiny_cnn", "embedding_size": 64}, validation={"split": "fold", "n_folds": 4},
-                   eval={"select": "best_val"})
+    fold = cub_run(
+        model={"backbone": "tiny_cnn", "embedding_size": 64},
+        validation={"split": "fold", "n_folds": 4},
+        eval={"select": "best_val"},
+    )
     extra = run_hours(fold, CUB, speed, rate) - run_hours(fold, CUB, speed)
-    assert extra == pytest.approx((2 * 5924 ** 2 + 200 * 1466 ** 2) * 64 * rate / 3600, rel=1e-12)
+    assert extra == pytest.approx((2 * 5924**2 + 200 * 1466**2) * 64 * rate / 3600, rel=1e-12)
     # In-Shop's query/gallery protocol: queries × gallery
     inshop = {"train_images": 25882, "query_images": 14218, "gallery_images": 12612}
-    shop = resolve_run_config({"dataset": {"name": "inshop", "batch_size": 100, "test_split": "query",
-                                           "gallery_split": "gallery"}, "epochs": 2,
-                               "model": {"backbone": "tiny_cnn", "embedding_size": 8}})
+    shop = resolve_run_config(
+        {
+            "dataset": {"name": "inshop", "batch_size": 100, "test_split": "query", "gallery_split": "gallery"},
+            "epochs": 2,
+            "model": {"backbone": "tiny_cnn", "embedding_size": 8},
+        }
+    )
     extra = run_hours(shop, inshop, speed, rate) - run_hours(shop, inshop, speed)
     assert extra == pytest.approx(3 * 14218 * 12612 * 8 * rate / 3600, rel=1e-12)
 
@@ -101,15 +125,20 @@ def test_kcenter_selections_by_hand():
     the traversal for (C, pool, P, D)."""
     from dmlrepro.preflight.projection import kcenter_selections
 
-    asap = dict(model={"backbone": "tiny_cnn", "embedding_size": 128}, epochs=25,
-                loss={"name": "asap_c1", "hparams": {"proxies_per_class": 8}},
-                asap={"enabled": True, "b": 12, "projection_patience": 3}, validation={"split": "fold", "n_folds": 4})
+    asap = dict(
+        model={"backbone": "tiny_cnn", "embedding_size": 128},
+        epochs=25,
+        loss={"name": "asap_c1", "hparams": {"proxies_per_class": 8}},
+        asap={"enabled": True, "b": 12, "projection_patience": 3},
+        validation={"split": "fold", "n_folds": 4},
+    )
     cfg = cub_run(**asap)
     assert kcenter_selections(cfg) == 1 + 25 // 3
     assert kcenter_selections(cub_run(**{**asap, "asap": {**asap["asap"], "max_alternations": 2}})) == 3
     assert kcenter_selections(cub_run()) == 0
-    speed = Speed(step_seconds=0.5, batch_size=100, data_images_per_second=1000.0, eval_images_per_second=500.0,
-                  workers=8)
+    speed = Speed(
+        step_seconds=0.5, batch_size=100, data_images_per_second=1000.0, eval_images_per_second=500.0, workers=8
+    )
     calls = []
 
     def timer(classes, pool, p, dim):

@@ -8,8 +8,18 @@ from dmlrepro.report.html import render_report
 from dmlrepro.report.provenance import provenance
 
 REPO = Path(__file__).resolve().parents[2]
-RUNS = [{"run_id": "pfml-cub200-resnet50-s0-0123456789", "method": "pfml", "dataset": "cub200", "seed": 0,
-         "status": "completed", "device": "cuda", "epochs": 200, "train_hours": 0.5}]
+RUNS = [
+    {
+        "run_id": "pfml-cub200-resnet50-s0-0123456789",
+        "method": "pfml",
+        "dataset": "cub200",
+        "seed": 0,
+        "status": "completed",
+        "device": "cuda",
+        "epochs": 200,
+        "train_hours": 0.5,
+    }
+]
 
 
 def page(tmp_path, preflight=None):
@@ -21,9 +31,17 @@ def page(tmp_path, preflight=None):
 
 def test_projected_hours_stand_beside_the_measured_ones(tmp_path):
     path = tmp_path / "preflight.json"
-    path.write_text(json.dumps({"device": {"name": "NVIDIA H100", "device": "cuda"}, "configs": [],
-                                "experiments": [{"name": "pfml_table1", "runs": [RUNS[0]["run_id"]], "hours": 0.875}],
-                                "total_hours": 0.875, "over_budget": []}))
+    path.write_text(
+        json.dumps(
+            {
+                "device": {"name": "NVIDIA H100", "device": "cuda"},
+                "configs": [],
+                "experiments": [{"name": "pfml_table1", "runs": [RUNS[0]["run_id"]], "hours": 0.875}],
+                "total_hours": 0.875,
+                "over_budget": [],
+            }
+        )
+    )
     prov, html = page(tmp_path, path)
     assert prov["projected_hours_per_experiment"] == {"pfml_table1": 0.875}
     assert "projected hours (preflight on NVIDIA H100 (cuda))" in html

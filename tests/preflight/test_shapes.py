@@ -7,10 +7,14 @@ import yaml
 from dmlrepro.preflight.shapes import group_runs, shape_key
 from dmlrepro.train.config import resolve_run_config
 
-BASE = {"dataset": {"name": "cub200", "batch_size": 32, "image_size": 224},
-        "model": {"backbone": "resnet50", "embedding_size": 512},
-        "loss": {"name": "pfml", "hparams": {"proxies_per_class": 15, "alpha": 4.0, "delta": 0.2}},
-        "optimizer": {"lr": 1e-4}, "epochs": 200, "seed": 0}
+BASE = {
+    "dataset": {"name": "cub200", "batch_size": 32, "image_size": 224},
+    "model": {"backbone": "resnet50", "embedding_size": 512},
+    "loss": {"name": "pfml", "hparams": {"proxies_per_class": 15, "alpha": 4.0, "delta": 0.2}},
+    "optimizer": {"lr": 1e-4},
+    "epochs": 200,
+    "seed": 0,
+}
 
 
 def key(**changes):
@@ -74,17 +78,31 @@ def test_search_experiments_bring_their_final_stage():
     """A search experiment's runs: its searches and, after each, the final stage's fold and Complete runs
     (RSW App. D): seeds × (folds + 1) per search, with the Complete runs' own shape (embedding 64)."""
     config = {
-        "data_root": "data", "results": "results",
-        "defaults": {"epochs": 4, "model": {"backbone": "tiny_cnn", "embedding_size": 16},
-                     "validation": {"split": "fold", "n_folds": 4, "scheme": "mlrc"}},
+        "data_root": "data",
+        "results": "results",
+        "defaults": {
+            "epochs": 4,
+            "model": {"backbone": "tiny_cnn", "embedding_size": 16},
+            "validation": {"split": "fold", "n_folds": 4, "scheme": "mlrc"},
+        },
         "datasets": {"synthetic": {"dataset": {"name": "synthetic"}}},
         "methods": {"pfml": {"loss": {"name": "pfml", "hparams": {"alpha": 4.0}}}},
-        "experiments": {"reality": {
-            "methods": ["pfml"], "datasets": ["synthetic"],
-            "search": {"space": {"optimizer.lr": {"type": "float", "low": 1e-5, "high": 1e-2, "log": True}},
-                       "trials": 3, "folds": [0, 1, 2, 3]},
-            "final": {"seeds": [0, 1, 2], "complete": {"model": {"embedding_size": 64}, "validation": {"split": None}}},
-            "metrics": ["map@r@separated"]}},
+        "experiments": {
+            "reality": {
+                "methods": ["pfml"],
+                "datasets": ["synthetic"],
+                "search": {
+                    "space": {"optimizer.lr": {"type": "float", "low": 1e-5, "high": 1e-2, "log": True}},
+                    "trials": 3,
+                    "folds": [0, 1, 2, 3],
+                },
+                "final": {
+                    "seeds": [0, 1, 2],
+                    "complete": {"model": {"embedding_size": 64}, "validation": {"split": None}},
+                },
+                "metrics": ["map@r@separated"],
+            }
+        },
     }
     shapes, unresolved, members = group_runs(config)
     assert unresolved == [] and len(members["reality"]) == 1 + 3 * (4 + 1)

@@ -14,9 +14,18 @@ pytestmark = pytest.mark.slow
 
 
 def tiny(root: Path) -> dict:
-    cfg = {"dataset": {"name": "synthetic", "image_size": 32, "resize": 32, "train_crop": "random", "batch_size": 8,
-                       "params": {"num_classes": 8, "images_per_class": 4, "size": 32}},
-           "model": {"backbone": "tiny_cnn", "embedding_size": 8}, "loss": {"name": "proxy_anchor"}}
+    cfg = {
+        "dataset": {
+            "name": "synthetic",
+            "image_size": 32,
+            "resize": 32,
+            "train_crop": "random",
+            "batch_size": 8,
+            "params": {"num_classes": 8, "images_per_class": 4, "size": 32},
+        },
+        "model": {"backbone": "tiny_cnn", "embedding_size": 8},
+        "loss": {"name": "proxy_anchor"},
+    }
     from dmlrepro.train.config import resolve_run_config
 
     cfg = resolve_run_config(cfg)

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from dmlrepro.data.synthetic import DEFAULTS, class_keys, class_specs
-from dmlrepro.standin_recipe import workflow_recipes
 from dmlrepro.runs import resolve_runs
+from dmlrepro.standin_recipe import workflow_recipes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,19 +20,31 @@ def _default_config():
 
 def _run_class_params(runs):
     """The generator parameters of every synthetic dataset a run trains or tests on (both halves)."""
-    return [{**DEFAULTS, **run.config["dataset"]["params"]} for run in runs.values()
-            if run.config["dataset"]["name"] == "synthetic"]
+    return [
+        {**DEFAULTS, **run.config["dataset"]["params"]}
+        for run in runs.values()
+        if run.config["dataset"]["name"] == "synthetic"
+    ]
 
 
 def _overlap(recipe_classes, run_params):
     """Shared generator keys and shared class descriptions (the family's modes and the marker)."""
     keys = class_keys(**recipe_classes)
-    specs = {yaml.safe_dump(s) for s in class_specs(recipe_classes["num_classes"], recipe_classes["modes"],
-                                                     recipe_classes["family_size"], recipe_classes["seed"])}
+    specs = {
+        yaml.safe_dump(s)
+        for s in class_specs(
+            recipe_classes["num_classes"],
+            recipe_classes["modes"],
+            recipe_classes["family_size"],
+            recipe_classes["seed"],
+        )
+    }
     shared_keys, shared_specs = set(), set()
     for p in run_params:
         shared_keys |= keys & class_keys(**p)
-        shared_specs |= specs & {yaml.safe_dump(s) for s in class_specs(p["num_classes"], p["modes"], p["family_size"], p["seed"])}
+        shared_specs |= specs & {
+            yaml.safe_dump(s) for s in class_specs(p["num_classes"], p["modes"], p["family_size"], p["seed"])
+        }
     return shared_keys, shared_specs
 
 

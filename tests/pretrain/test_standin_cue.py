@@ -41,7 +41,9 @@ def glyphs(specs):
 
 def _cue_overlap(config):
     runs = resolve_runs(config)
-    run_specs = [_specs(r.config["dataset"]["params"]) for r in runs.values() if r.config["dataset"]["name"] == "synthetic"]
+    run_specs = [
+        _specs(r.config["dataset"]["params"]) for r in runs.values() if r.config["dataset"]["name"] == "synthetic"
+    ]
     recipes = list(workflow_recipes(runs).values())
     assert run_specs and recipes
     standin_specs = [_specs(recipe["classes"]) for recipe in recipes]

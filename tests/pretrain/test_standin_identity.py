@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from dmlrepro.standin_recipe import recipe_hash, run_weights, with_folder, workflow_recipes
 from dmlrepro.runs import config_hash, resolve_runs
+from dmlrepro.standin_recipe import recipe_hash, run_weights, with_folder, workflow_recipes
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENTS = ["pfml_table1", "rsw_fig10_toy"]  # synthetic runs (stand-in) and digits runs (from scratch)
@@ -41,7 +41,7 @@ def test_location_changes_no_id():
 
 def test_weights_folder_is_not_identity_but_is_the_input():
     runs = resolve_runs(_config(), EXPERIMENTS)
-    (digest, recipe), = workflow_recipes(runs).items()
+    ((digest, recipe),) = workflow_recipes(runs).items()
     assert digest == recipe_hash(recipe)
     for run in runs.values():
         a, b = with_folder(run.config, "/a/standin"), with_folder(run.config, "/b/standin")
@@ -60,8 +60,12 @@ def test_run_config_checks_the_recipe():
 
     resolved = resolve_run_config({"model": {"pretrained": "standin", "standin": {"epochs": 3}}})["model"]["standin"]
     assert resolved["epochs"] == 3 and resolved["classes"]["seed"] == 1  # resolved in full: all of it is identity
-    for bad, match in [({"epoch": 3}, "unknown key 'epoch'"), ({"classes": {"sed": 1}}, "unknown key"),
-                       ({"epochs": 0}, "epochs"), ({"backbone": "resnet18"}, "the run's backbone")]:
+    for bad, match in [
+        ({"epoch": 3}, "unknown key 'epoch'"),
+        ({"classes": {"sed": 1}}, "unknown key"),
+        ({"epochs": 0}, "epochs"),
+        ({"backbone": "resnet18"}, "the run's backbone"),
+    ]:
         with pytest.raises(ConfigError, match=match):
             resolve_run_config({"model": {"pretrained": "standin", "standin": bad}})
     # another pretrained value ignores the recipe (a preflight's random initialisation): no identity of its own

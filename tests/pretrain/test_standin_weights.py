@@ -21,9 +21,19 @@ def cached(tmp_path_factory):
 
 
 def _run_model(folder, recipe=RECIPE, **bn):
-    cfg = resolve_run_config({"model": {"backbone": "tiny_cnn", "pretrained": "standin", "standin": recipe,
-                                        "weights_cache_dir": str(folder)},
-                              "bn_freeze": {"running_stats": True, "affine": True, **bn}, "warmup_epochs": 1, "epochs": 2})
+    cfg = resolve_run_config(
+        {
+            "model": {
+                "backbone": "tiny_cnn",
+                "pretrained": "standin",
+                "standin": recipe,
+                "weights_cache_dir": str(folder),
+            },
+            "bn_freeze": {"running_stats": True, "affine": True, **bn},
+            "warmup_epochs": 1,
+            "epochs": 2,
+        }
+    )
     return cfg, build_run_model(cfg)
 
 
@@ -80,8 +90,17 @@ def test_recipe_backbone_kwargs_build_the_trunk_the_run_loads(tmp_path):
     pretrain(recipe, weights_file(tmp_path, recipe), log=lambda *_: None)
     saved = torch.load(weights_file(tmp_path, recipe), weights_only=True)["trunk"]
     assert saved["features.0.weight"].shape[0] == 8 and recipe_hash(recipe) != recipe_hash(RECIPE)
-    cfg = resolve_run_config({"model": {"backbone": "tiny_cnn", "backbone_kwargs": NARROW, "pretrained": "standin",
-                                        "standin": recipe, "weights_cache_dir": str(tmp_path)}})
+    cfg = resolve_run_config(
+        {
+            "model": {
+                "backbone": "tiny_cnn",
+                "backbone_kwargs": NARROW,
+                "pretrained": "standin",
+                "standin": recipe,
+                "weights_cache_dir": str(tmp_path),
+            }
+        }
+    )
     model = build_run_model(cfg)
     for key, value in saved.items():
         assert torch.equal(model.backbone.state_dict()[key], value), key

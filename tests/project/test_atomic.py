@@ -21,9 +21,14 @@ def umask():
 
 
 @pytest.mark.parametrize("mask", [0o002, 0o022, 0o027, 0o077])
-@pytest.mark.parametrize("write", [lambda p: atomic.atomic_write_text(p, "x"),
-                                   lambda p: atomic.atomic_write_bytes(p, b"x"),
-                                   lambda p: atomic.write_json_atomic(p, {"a": 1})])
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda p: atomic.atomic_write_text(p, "x"),
+        lambda p: atomic.atomic_write_bytes(p, b"x"),
+        lambda p: atomic.write_json_atomic(p, {"a": 1}),
+    ],
+)
 def test_a_written_file_has_the_mode_open_gives_it(tmp_path, umask, mask, write):
     umask(mask)
     with open(tmp_path / "plain", "w"):

@@ -16,13 +16,17 @@ ROOT_FOLDERS = ("src/", "tests/", "workflow/", "benchmarks/")
 
 def missing_source_paths(docs: Path = ROOT / "docs", root: Path = ROOT) -> list[str]:
     """'doc: path' for every `src/dmlrepro/...py` path of docs/*.md that is not a file."""
-    return [f"{doc.name}: {path}" for doc in sorted(docs.glob("*.md"))
-            for path in sorted(set(SOURCE_PATH.findall(doc.read_text(encoding="utf-8"))))
-            if not (root / path).is_file()]
+    return [
+        f"{doc.name}: {path}"
+        for doc in sorted(docs.glob("*.md"))
+        for path in sorted(set(SOURCE_PATH.findall(doc.read_text(encoding="utf-8"))))
+        if not (root / path).is_file()
+    ]
 
 
-def missing_architecture_paths(doc: Path = ROOT / "docs" / "architecture.md", root: Path = ROOT,
-                               package: Path = PACKAGE) -> list[str]:
+def missing_architecture_paths(
+    doc: Path = ROOT / "docs" / "architecture.md", root: Path = ROOT, package: Path = PACKAGE
+) -> list[str]:
     """The backticked module and rule-file paths of the architecture page that are not files."""
     missing = []
     for path in sorted(set(BACKTICKED.findall(doc.read_text(encoding="utf-8")))):

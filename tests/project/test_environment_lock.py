@@ -18,8 +18,12 @@ LOCK = REPO / LOCK_FILE
 
 def _declared() -> list[Requirement]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    return [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["cpu"]
-            + project["optional-dependencies"]["dev"]]
+    return [
+        Requirement(r)
+        for r in project["dependencies"]
+        + project["optional-dependencies"]["cpu"]
+        + project["optional-dependencies"]["dev"]
+    ]
 
 
 def test_every_declared_dependency_is_locked_inside_its_range():
@@ -52,7 +56,9 @@ def test_a_difference_is_named(tmp_path):
     lock = tmp_path / LOCK_FILE
     lock.write_text("numpy==0.0 \\\n    --hash=sha256:" + "0" * 64 + "\n")
     assert lock_differences(lock, {"numpy": "2.1.0", "extra-thing": "1.0", "pip": "26.0"}) == [
-        "numpy: locked 0.0, installed 2.1.0", "extra-thing: installed 1.0, not locked"]
+        "numpy: locked 0.0, installed 2.1.0",
+        "extra-thing: installed 1.0, not locked",
+    ]
     record = lock_record(tmp_path)
     assert record["locked"] == {"numpy": "0.0"} and len(record["sha256"]) == 64
     assert lock_record(tmp_path / "nowhere")["differences"] == [f"no {LOCK_FILE} in {tmp_path / 'nowhere'}"]

@@ -110,8 +110,10 @@ def test_detector_finds_a_function_level_circle(tmp_path):
     (package / "sub" / "inner.py").write_text("from dmlrepro.sub import other\nimport dmlrepro.c\n")
     (package / "sub" / "other.py").write_text("")
     (package / "c.py").write_text("def h():\n    import dmlrepro.sub.other\n")
-    assert import_cycles(import_graph(tmp_path)) == [["dmlrepro.a", "dmlrepro.b"],
-                                                      ["dmlrepro.c", "dmlrepro.sub", "dmlrepro.sub.inner"]]
+    assert import_cycles(import_graph(tmp_path)) == [
+        ["dmlrepro.a", "dmlrepro.b"],
+        ["dmlrepro.c", "dmlrepro.sub", "dmlrepro.sub.inner"],
+    ]
 
 
 if __name__ == "__main__":

@@ -25,12 +25,27 @@ PAGE_OF = {"pfml": "pfml.md", "rsw": "rsw.md", "asap": "asap.md", "proto": "prot
 _S, _SECTION = "spec", "\u00a7"
 FORBIDDEN = {
     "a folder outside the repository": re.compile(r"(?<![\w.-])" + "sha" + r"red/|\b" + _S + r"s/|/wo" + r"rk/"),
-    "a planning document": re.compile(r"DESI" + r"GN\.md|\bdesi" + r"gn notes?\b|\bstee" + r"ring\b|"
-                                      r"reference-implem" + r"entations|snakemake-sl" + r"urm\.md"),
+    "a planning document": re.compile(
+        r"DESI" + r"GN\.md|\bdesi" + r"gn notes?\b|\bstee" + r"ring\b|"
+        r"reference-implem" + r"entations|snakemake-sl" + r"urm\.md"
+    ),
     "a work item": re.compile(r"\bissu" + r"e \[\d+/\d+\]|\[\d+/\d+\]|\bwork ite" + r"ms?\b"),
     "a section of a document outside the repository": re.compile(
-        r"\b[Ss]" + _S[1:] + r" " + _SECTION + r"|\b" + _S + r"'s\b|\b" + _S + r" \[|\(" + _S + r"[ \"]|\b" + _S
-        + r" (?:A|PT|T)\d|\b(?:pfml|rsw|asap)\.md " + _SECTION),
+        r"\b[Ss]"
+        + _S[1:]
+        + r" "
+        + _SECTION
+        + r"|\b"
+        + _S
+        + r"'s\b|\b"
+        + _S
+        + r" \[|\("
+        + _S
+        + r"[ \"]|\b"
+        + _S
+        + r" (?:A|PT|T)\d|\b(?:pfml|rsw|asap)\.md "
+        + _SECTION
+    ),
 }
 READING_ID = re.compile(r"\b(pfml|rsw|asap|proto)-r(\d+)\b", re.IGNORECASE)
 READING_LINK = re.compile(r"\b(pfml|rsw|asap|protocols)\.md#([\w-]+)")
@@ -73,8 +88,16 @@ def problems(path: Path, text: str, anchors: dict[str, str], root: Path = ROOT) 
 
 
 def repository_files() -> list[Path]:
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
-                            check=True, capture_output=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     return [ROOT / name for name in listed if name and (ROOT / name).is_file() and (ROOT / name).resolve() != SELF]
 
 
@@ -133,7 +156,14 @@ def test_each_kind_of_broken_reference_is_found(line, kind):
     assert any(kind in problem for problem in found), found
 
 
-@pytest.mark.parametrize("line", ["docs/readings/pfml.md#pfml-r1 and PROTO-R1", "[training](../training.md)",
-                                  "pfml.md#pfml-r7", "results/report/index.html"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "docs/readings/pfml.md#pfml-r1 and PROTO-R1",
+        "[training](../training.md)",
+        "pfml.md#pfml-r7",
+        "results/report/index.html",
+    ],
+)
 def test_references_that_resolve_are_not_reported(line):
     assert problems(READINGS / "x.md", line, defined_anchors()) == []

@@ -11,8 +11,11 @@ CHECKPOINTS = "dmlrepro.train.checkpoint"
 
 def checkpoint_readers(graph: dict[str, set[str]]) -> list[str]:
     """The report's modules whose imports run the checkpoint module."""
-    return sorted(name for name, imported in graph.items()
-                  if (name == "dmlrepro.report" or name.startswith("dmlrepro.report.")) and CHECKPOINTS in imported)
+    return sorted(
+        name
+        for name, imported in graph.items()
+        if (name == "dmlrepro.report" or name.startswith("dmlrepro.report.")) and CHECKPOINTS in imported
+    )
 
 
 def test_no_report_module_imports_the_checkpoint_module():

@@ -21,8 +21,13 @@ def print_gres(dev: Path, bin_dir: Path, nvidia_smi: int | None, **env: str) -> 
         (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\nexit {nvidia_smi}\n")
         (bin_dir / "nvidia-smi").chmod(0o755)
     path = str(bin_dir) + os.pathsep + ("/usr/bin:/bin" if nvidia_smi is None else os.environ["PATH"])
-    done = subprocess.run(["bash", str(SCRIPT), "--print-gres"], capture_output=True, text=True, check=True,
-                          env={**os.environ, "PATH": path, "START_SLURM_DEV": str(dev), **env})
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "--print-gres"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PATH": path, "START_SLURM_DEV": str(dev), **env},
+    )
     return done.stdout.splitlines()
 
 
@@ -34,12 +39,20 @@ def test_real_gpus_are_used_and_nothing_is_made(tmp_path):
     fake, gres, *files = print_gres(dev, tmp_path / "bin", nvidia_smi=0)
     assert fake == "fake: none" and gres == "gres: Gres=gpu:3"
     assert [line.split()[-1] for line in files] == [f"File={dev}/nvidia{i}" for i in range(3)]
-    assert sorted(p.name for p in dev.iterdir()) == ["nvidia-modeset", "nvidia-uvm", "nvidia0", "nvidia1",
-                                                     "nvidia2", "nvidiactl"]
+    assert sorted(p.name for p in dev.iterdir()) == [
+        "nvidia-modeset",
+        "nvidia-uvm",
+        "nvidia0",
+        "nvidia1",
+        "nvidia2",
+        "nvidiactl",
+    ]
 
 
-@pytest.mark.parametrize("nvidia_smi, no_mknod, expected", [(None, "0", "mknod"), (1, "0", "mknod"),
-                                                            (0, "0", "symlink"), (None, "1", "symlink")])
+@pytest.mark.parametrize(
+    "nvidia_smi, no_mknod, expected",
+    [(None, "0", "mknod"), (1, "0", "mknod"), (0, "0", "symlink"), (None, "1", "symlink")],
+)
 def test_fake_gpus_only_where_there_is_no_gpu(tmp_path, nvidia_smi, no_mknod, expected):
     """No /dev/nvidiaN: fake nodes with mknod if no driver answers either (nvidia-smi missing or
     failing); a driver without device files (a container) or refused mknod gets /dev/null symlinks."""

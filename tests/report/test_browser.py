@@ -20,21 +20,38 @@ APP = "console.info('app loaded');\n"
 #: what is planted -> what the check must report (key, an excerpt of the entry)
 PLANTS = {
     "broken image": ('<img src="figures/missing.png">', "broken", "figures/missing.png"),
-    "script that throws": ('<script>null.field;</script>', "console_errors", "uncaught TypeError"),
-    "other script that throws": ('<script src="other.js"></script>', "console_errors", "thrown in other.js (other.js:2)"),
-    "script that does not load": ('<script src="gone.js"></script>', "console_errors", "failed to load <script> gone.js"),
+    "script that throws": ("<script>null.field;</script>", "console_errors", "uncaught TypeError"),
+    "other script that throws": (
+        '<script src="other.js"></script>',
+        "console_errors",
+        "thrown in other.js (other.js:2)",
+    ),
+    "script that does not load": (
+        '<script src="gone.js"></script>',
+        "console_errors",
+        "failed to load <script> gone.js",
+    ),
     "console error": ('<script>console.error("bad", 42);</script>', "console_errors", "console.error: bad 42"),
-    "console error in another script": ('<script src="logs.js"></script>', "console_errors",
-                                        "console.error: from logs.js"),
-    "rejected promise": ('<script>Promise.reject(new Error("nope"));</script>', "console_errors",
-                         "unhandled rejection: Error: nope"),
+    "console error in another script": (
+        '<script src="logs.js"></script>',
+        "console_errors",
+        "console.error: from logs.js",
+    ),
+    "rejected promise": (
+        '<script>Promise.reject(new Error("nope"));</script>',
+        "console_errors",
+        "unhandled rejection: Error: nope",
+    ),
 }
 
 
 @pytest.fixture(scope="module")
 def chromium():
-    require(None if find_chromium() else "chromium is not on PATH (.ci/install-chromium installs it): "
-                                         "the browser check cannot run")
+    require(
+        None
+        if find_chromium()
+        else "chromium is not on PATH (.ci/install-chromium installs it): the browser check cannot run"
+    )
 
 
 def _report(folder, plant: str = "") -> str:
@@ -51,8 +68,13 @@ def test_a_clean_report_passes(chromium, tmp_path, capsys):
     index = _report(tmp_path / "clean")
     assert check_report(index) == {"images": 1, "broken": [], "console_errors": []}  # log and warn are not errors
     assert main([index]) == 0
-    assert sorted(p.name for p in (tmp_path / "clean").iterdir()) == ["app.js", "fig.png", "index.html", "logs.js",
-                                                                      "other.js"]  # its copy is gone
+    assert sorted(p.name for p in (tmp_path / "clean").iterdir()) == [
+        "app.js",
+        "fig.png",
+        "index.html",
+        "logs.js",
+        "other.js",
+    ]  # its copy is gone
 
 
 @pytest.mark.parametrize("plant", list(PLANTS))

@@ -13,9 +13,22 @@ import yaml
 from scipy import stats
 
 from dmlrepro.report.aggregate import aggregate_runs, seed_table
-from dmlrepro.report.claims import (CONTRADICTED, HOLDS, INCONCLUSIVE, TTest, cell_values, check_claims,
-                                    claim_verdict, comparison_verdict, evaluate_claim, load_catalogue,
-                                    paired_test, read_catalogue, reported_numbers, welch_test)
+from dmlrepro.report.claims import (
+    CONTRADICTED,
+    HOLDS,
+    INCONCLUSIVE,
+    TTest,
+    cell_values,
+    check_claims,
+    claim_verdict,
+    comparison_verdict,
+    evaluate_claim,
+    load_catalogue,
+    paired_test,
+    read_catalogue,
+    reported_numbers,
+    welch_test,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOGUE = ROOT / "config" / "claims.yaml"
@@ -23,7 +36,7 @@ REPORTED = ROOT / "config" / "reported"
 
 SAMPLES = [
     ([71.2, 73.9, 72.5], [69.8, 70.4, 68.1]),
-    ([0.61, 0.58, 0.66, 0.63, 0.60], [0.55, 0.57]),           # unequal n
+    ([0.61, 0.58, 0.66, 0.63, 0.60], [0.55, 0.57]),  # unequal n
     ([10.0, 10.5, 9.0, 12.0], [10.2, 9.8, 10.1, 10.0, 9.9, 10.3]),  # unequal spread, small Δ
     ([5.0, 5.0, 5.1], [7.0, 9.0, 4.0]),
 ]
@@ -72,8 +85,8 @@ def test_paired_matches_scipy():
 
 
 def test_no_test_without_spread():
-    assert welch_test([1.0], [2.0, 3.0]) is None          # n < 2 on a side
-    assert welch_test([1.0, 1.0], [2.0, 2.0]) is None     # no variation: t undefined
+    assert welch_test([1.0], [2.0, 3.0]) is None  # n < 2 on a side
+    assert welch_test([1.0, 1.0], [2.0, 2.0]) is None  # no variation: t undefined
     assert paired_test({0: 1.0}, {0: 2.0}) is None
     assert paired_test({0: 1.0, 1: 2.0}, {0: 2.0, 1: 3.0}) is None  # constant differences
 
@@ -82,7 +95,7 @@ def test_comparison_verdict_rule():
     significant, weak = TTest(3.0, 4.0, 0.01), TTest(1.0, 4.0, 0.30)
     assert comparison_verdict(+1.5, significant, sign=+1) == HOLDS
     assert comparison_verdict(-1.5, significant, sign=+1) == CONTRADICTED
-    assert comparison_verdict(-1.5, significant, sign=-1) == HOLDS      # lower is better
+    assert comparison_verdict(-1.5, significant, sign=-1) == HOLDS  # lower is better
     assert comparison_verdict(+1.5, weak, sign=+1) == INCONCLUSIVE
     assert comparison_verdict(+1.5, None, sign=+1) == INCONCLUSIVE
     # Bonferroni for a contradiction among k comparisons: p = 0.03 holds but does not contradict at k = 2
@@ -101,18 +114,32 @@ def test_claim_verdict_combines_comparisons():
 
 # ---- fabricated run tables ----------------------------------------------------------------------
 
+
 def _table(cells):
     """A per-seed table (aggregate.seed_table's columns) from {(method, sweep): [values per seed]}."""
-    rows = [{"method": m, "dataset": "synthetic", "sweep": sweep, "seed": seed, "diverged": False, "recall@1": v}
-            for (m, sweep), values in cells.items() for seed, v in enumerate(values)]
+    rows = [
+        {"method": m, "dataset": "synthetic", "sweep": sweep, "seed": seed, "diverged": False, "recall@1": v}
+        for (m, sweep), values in cells.items()
+        for seed, v in enumerate(values)
+    ]
     return pd.DataFrame(rows)
 
 
 def _claim(better="a", worse="b", **extra):
     cells = {"a": {"experiment": "exp", "method": "ma"}, "b": {"experiment": "exp", "method": "mb"}}
-    return {"id": "x", "paper": "PFML", "source": "Table 1", "quote": "q", "claim": "a > b", "metrics": ["recall@1"],
-            "sides": {"a": "A", "b": "B"}, "better": [better], "worse": [worse],
-            "scales": {"miniature": {"datasets": ["synthetic"], "cells": cells}}, **extra}
+    return {
+        "id": "x",
+        "paper": "PFML",
+        "source": "Table 1",
+        "quote": "q",
+        "claim": "a > b",
+        "metrics": ["recall@1"],
+        "sides": {"a": "A", "b": "B"},
+        "better": [better],
+        "worse": [worse],
+        "scales": {"miniature": {"datasets": ["synthetic"], "cells": cells}},
+        **extra,
+    }
 
 
 def test_claim_built_to_hold():
@@ -147,8 +174,9 @@ def test_lower_is_better_flips_the_direction():
 
 def test_ordering_claim_is_every_pair():
     # "a is best": a > b and a > c; c beats a -> contradicted even though a beats b
-    tables = {"exp": _table({("ma", ""): [0.70, 0.71, 0.72], ("mb", ""): [0.50, 0.51, 0.52],
-                             ("mc", ""): [0.90, 0.91, 0.92]})}
+    tables = {
+        "exp": _table({("ma", ""): [0.70, 0.71, 0.72], ("mb", ""): [0.50, 0.51, 0.52], ("mc", ""): [0.90, 0.91, 0.92]})
+    }
     claim = _claim()
     claim["sides"]["c"] = "C"
     claim["worse"] = ["b", "c"]
@@ -175,16 +203,31 @@ def test_cells_without_runs_are_inconclusive():
 
 def test_a_scale_without_cells_is_not_run():
     found = evaluate_claim(_claim(), "paper", {})
-    assert found == {"comparisons": [], "test_verdict": None, "p": None, "checks": [], "failing_checks": [],
-                     "verdict": None}
+    assert found == {
+        "comparisons": [],
+        "test_verdict": None,
+        "p": None,
+        "checks": [],
+        "failing_checks": [],
+        "verdict": None,
+    }
 
 
 def test_cell_values_match_sweep_points_and_skip_nan():
-    table = pd.DataFrame([
-        {"method": "pfml", "dataset": "synthetic", "sweep": "loss.hparams.alpha=4.0", "seed": 0, "recall@1": 0.5},
-        {"method": "pfml", "dataset": "synthetic", "sweep": "loss.hparams.alpha=4.0", "seed": 1, "recall@1": float("nan")},
-        {"method": "pfml", "dataset": "synthetic", "sweep": "loss.hparams.alpha=0.0", "seed": 0, "recall@1": 0.9},
-        {"method": "pfml", "dataset": "other", "sweep": "loss.hparams.alpha=4.0", "seed": 2, "recall@1": 0.1}])
+    table = pd.DataFrame(
+        [
+            {"method": "pfml", "dataset": "synthetic", "sweep": "loss.hparams.alpha=4.0", "seed": 0, "recall@1": 0.5},
+            {
+                "method": "pfml",
+                "dataset": "synthetic",
+                "sweep": "loss.hparams.alpha=4.0",
+                "seed": 1,
+                "recall@1": float("nan"),
+            },
+            {"method": "pfml", "dataset": "synthetic", "sweep": "loss.hparams.alpha=0.0", "seed": 0, "recall@1": 0.9},
+            {"method": "pfml", "dataset": "other", "sweep": "loss.hparams.alpha=4.0", "seed": 2, "recall@1": 0.1},
+        ]
+    )
     cell = {"experiment": ["e1", "e2"], "method": "pfml", "sweep": {"loss.hparams.alpha": 4}}
     # a run listed by two experiments counts once
     assert cell_values({"e1": table, "e2": table}, cell, "synthetic", "recall@1") == {0: 0.5}
@@ -192,10 +235,25 @@ def test_cell_values_match_sweep_points_and_skip_nan():
 
 
 def test_seed_table_holds_the_values_behind_the_means():
-    records = [{"method": "m", "dataset": "d", "sweep": {"k": 1}, "seed": s,
-                "result": {"status": "completed", "metrics": {"recall@1": v}}} for s, v in enumerate([0.1, 0.2, 0.6])]
-    records.append({"method": "m", "dataset": "d", "sweep": {"k": 1}, "seed": 3,
-                    "result": {"status": "diverged", "metrics": {"recall@1": 0.9}}})
+    records = [
+        {
+            "method": "m",
+            "dataset": "d",
+            "sweep": {"k": 1},
+            "seed": s,
+            "result": {"status": "completed", "metrics": {"recall@1": v}},
+        }
+        for s, v in enumerate([0.1, 0.2, 0.6])
+    ]
+    records.append(
+        {
+            "method": "m",
+            "dataset": "d",
+            "sweep": {"k": 1},
+            "seed": 3,
+            "result": {"status": "diverged", "metrics": {"recall@1": 0.9}},
+        }
+    )
     seeds = seed_table(records, ["recall@1"])
     assert list(seeds["seed"]) == [0, 1, 2, 3] and seeds["recall@1"].isna().tolist() == [False, False, False, True]
     means = aggregate_runs(records, ["recall@1"])
@@ -204,6 +262,7 @@ def test_seed_table_holds_the_values_behind_the_means():
 
 
 # ---- the repository's catalogue ---------------------------------------------------------------------
+
 
 def _config(name):
     return yaml.safe_load((ROOT / "config" / name).read_text())
@@ -222,17 +281,28 @@ def test_catalogue_matches_the_configs(config, scale):
 
 def test_catalogue_holds_the_issue_claims():
     ids = {c["id"] for c in load_catalogue(CATALOGUE)}
-    assert {"pfml-beats-proxy-anchor", "pfml-beats-cpml", "pfml-proxies-help", "pfml-no-decay-worst",
-            "pfml-strong-decay-better", "pfml-label-noise", "rsw-warp-beats-eq4", "asap-beats-base-loss"} <= ids
+    assert {
+        "pfml-beats-proxy-anchor",
+        "pfml-beats-cpml",
+        "pfml-proxies-help",
+        "pfml-no-decay-worst",
+        "pfml-strong-decay-better",
+        "pfml-label-noise",
+        "rsw-warp-beats-eq4",
+        "asap-beats-base-loss",
+    } <= ids
     assert all(c["scales"].get("miniature") for c in load_catalogue(CATALOGUE))
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda c: c["scales"]["miniature"]["cells"]["pfml"].update(experiment="nope"), "not an experiment"),
-    (lambda c: c["scales"]["miniature"]["cells"]["pfml"].update(method="nope"), "not a method"),
-    (lambda c: c.update(metrics=["recall@1000"]), "has no metric"),
-    (lambda c: c.update(worse=["nope"]), "not one of sides"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda c: c["scales"]["miniature"]["cells"]["pfml"].update(experiment="nope"), "not an experiment"),
+        (lambda c: c["scales"]["miniature"]["cells"]["pfml"].update(method="nope"), "not a method"),
+        (lambda c: c.update(metrics=["recall@1000"]), "has no metric"),
+        (lambda c: c.update(worse=["nope"]), "not one of sides"),
+    ],
+)
 def test_check_claims_names_the_bad_key(mutate, message):
     claim = load_catalogue(CATALOGUE)[0]
     mutate(claim)
@@ -255,7 +325,10 @@ def test_reported_numbers_are_the_papers():
     # PFML Table 1, ResNet50 (512 dim), CUB-200-2011 R@1: Potential Field (Ours) 73.4 ± 0.3, Proxy Anchor 69.7
     cub = reported_numbers(claims["pfml-beats-proxy-anchor"], REPORTED)[0]
     assert cub["dataset"] == "CUB-200-2011"
-    assert [(v["label"], v["text"], v["std"]) for v in cub["values"]] == [("PFML", "73.4", 0.3), ("Proxy Anchor", "69.7", None)]
+    assert [(v["label"], v["text"], v["std"]) for v in cub["values"]] == [
+        ("PFML", "73.4", 0.3),
+        ("Proxy Anchor", "69.7", None),
+    ]
     # ASAP Sec. 5.2: 98.06 % MAP@R sample-based vs 97.21 % proxy-based
     mnist = reported_numbers(claims["asap-samples-beat-proxies"], REPORTED)[0]
     assert [v["text"] for v in mnist["values"]] == ["98.06", "97.21"]

@@ -13,19 +13,41 @@ from scipy import stats
 
 from dmlrepro.report import provenance, render_report, write_table
 from dmlrepro.report.aggregate import seed_table
-from dmlrepro.report.claims import (NOT_TESTABLE, claims_section, load_catalogue, load_check_ranges, seed_tables,
-                                    write_claims)
+from dmlrepro.report.claims import (
+    NOT_TESTABLE,
+    claims_section,
+    load_catalogue,
+    load_check_ranges,
+    seed_tables,
+    write_claims,
+)
 from dmlrepro.report.html import pvalue
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # fabricated R@1 per seed on the miniature's pfml_table1: PFML clearly above Proxy Anchor (built to
 # hold), clearly below CPML (built to fail), beside Multi-Similarity with one seed (inconclusive)
-RECALL = {"pfml": [0.42, 0.45, 0.41], "proxy_anchor": [0.33, 0.30, 0.36], "cpml": [0.55, 0.57, 0.56],
-          "multi_similarity": [0.10]}
-SECTION = {"experiment": "pfml_table1", "title": "PFML Table 1 — Recall@K (miniature)", "description": "", "kind": "table",
-           "reported": None, "block": None, "paper_says": "", "figures": [], "table": None, "ratios": [],
-           "hparams": [], "notes": [], "runs": []}
+RECALL = {
+    "pfml": [0.42, 0.45, 0.41],
+    "proxy_anchor": [0.33, 0.30, 0.36],
+    "cpml": [0.55, 0.57, 0.56],
+    "multi_similarity": [0.10],
+}
+SECTION = {
+    "experiment": "pfml_table1",
+    "title": "PFML Table 1 — Recall@K (miniature)",
+    "description": "",
+    "kind": "table",
+    "reported": None,
+    "block": None,
+    "paper_says": "",
+    "figures": [],
+    "table": None,
+    "ratios": [],
+    "hparams": [],
+    "notes": [],
+    "runs": [],
+}
 
 
 # the mechanism the PFML claims' checks ask for (config/claims.yaml): the untrained network at R@1 0.20
@@ -34,31 +56,55 @@ UNTRAINED, W2, PLATEAU = [0.20, 0.21, 0.19], 0.17, 0.01
 
 
 def fabricated_records(untrained=UNTRAINED, plateau=PLATEAU):
-    return [{"method": method, "dataset": "synthetic", "sweep": {}, "seed": seed,
-             "result": {"status": "completed", "metrics": {"recall@1": value, "recall@2": value + 0.1},
-                        "untrained_metrics": {"recall@1": untrained[seed], "recall@2": untrained[seed] + 0.1}},
-             "mechanism": {"loss_last_change": plateau}}
-            for method, values in RECALL.items() for seed, value in enumerate(values)]
+    return [
+        {
+            "method": method,
+            "dataset": "synthetic",
+            "sweep": {},
+            "seed": seed,
+            "result": {
+                "status": "completed",
+                "metrics": {"recall@1": value, "recall@2": value + 0.1},
+                "untrained_metrics": {"recall@1": untrained[seed], "recall@2": untrained[seed] + 0.1},
+            },
+            "mechanism": {"loss_last_change": plateau},
+        }
+        for method, values in RECALL.items()
+        for seed, value in enumerate(values)
+    ]
 
 
 def w2_records(w2=W2):
     """pfml_table3_w2's PFML run: the W₂ the pfml_w2 check reads."""
-    return [{"method": "pfml", "dataset": "synthetic", "sweep": {}, "seed": 0,
-             "result": {"status": "completed", "metrics": {"recall@1": 0.4}, "proxy_metrics": {"w2": w2}},
-             "mechanism": {"loss_last_change": PLATEAU}}]
+    return [
+        {
+            "method": "pfml",
+            "dataset": "synthetic",
+            "sweep": {},
+            "seed": 0,
+            "result": {"status": "completed", "metrics": {"recall@1": 0.4}, "proxy_metrics": {"w2": w2}},
+            "mechanism": {"loss_last_change": PLATEAU},
+        }
+    ]
 
 
 def build_report(folder, records, w2=W2):
     paths = []
-    for name, rows, metrics in [("pfml_table1", records, ["recall@1", "recall@2"]),
-                                ("pfml_table3_w2", w2_records(w2), ["w2", "recall@1"])]:
+    for name, rows, metrics in [
+        ("pfml_table1", records, ["recall@1", "recall@2"]),
+        ("pfml_table3_w2", w2_records(w2), ["w2", "recall@1"]),
+    ]:
         path = folder / "experiments" / "seeds" / f"{name}.csv"
         path.parent.mkdir(parents=True, exist_ok=True)
         write_table(seed_table(rows, metrics), path)
         paths.append(path)
-    claims = claims_section(load_catalogue(ROOT / "config" / "claims.yaml"), "miniature",
-                            seed_tables(["pfml_table1", "pfml_table3_w2"], paths), ROOT / "config" / "reported",
-                            load_check_ranges(ROOT / "config" / "claims.yaml"))
+    claims = claims_section(
+        load_catalogue(ROOT / "config" / "claims.yaml"),
+        "miniature",
+        seed_tables(["pfml_table1", "pfml_table3_w2"], paths),
+        ROOT / "config" / "reported",
+        load_check_ranges(ROOT / "config" / "claims.yaml"),
+    )
     html = folder / "report" / "index.html"
     render_report([SECTION], [folder], provenance(ROOT, [], {}), html, ROOT / "reports" / "templates", claims=claims)
     write_claims(claims, folder / "report" / "claims.json")
@@ -72,7 +118,7 @@ def report(tmp_path):
 
 def _block(html, claim_id):
     start = html.index(f'<div id="claim-{claim_id}">')
-    return html[start:html.index("</div>", start)]
+    return html[start : html.index("</div>", start)]
 
 
 def test_claims_section_comes_first(report):
@@ -120,8 +166,11 @@ def test_counts_add_up(report):
     assert counts["holds"] == 1 and counts["contradicted"] == 1 and counts["inconclusive"] == 1
     # every other claim's cells have no runs here: its checks fail, so it is not testable
     assert counts[NOT_TESTABLE] == len(claims["claims"]) - 3
-    found = re.search(r"(\d+) hold</span>, <span class=\"off\">(\d+) contradicted</span>,\s*<span class=\"open\">(\d+) "
-                      r"inconclusive</span>, <span class=\"open\">(\d+) not testable at this scale", html)
+    found = re.search(
+        r"(\d+) hold</span>, <span class=\"off\">(\d+) contradicted</span>,\s*<span class=\"open\">(\d+) "
+        r"inconclusive</span>, <span class=\"open\">(\d+) not testable at this scale",
+        html,
+    )
     assert found and found.groups() == ("1", "1", "1", str(counts[NOT_TESTABLE]))
 
 
@@ -133,11 +182,18 @@ def test_no_claims_no_section(tmp_path):
 
 # ---- the mechanism checks gate the verdicts -----------------------------------------------------------
 
-@pytest.mark.parametrize("change, failing", [
-    ({"w2": 5.8}, "pfml_w2 (pfml_table3_w2: pfml, synthetic)"),  # the proxies left the data (W₂ 5.8 vs 0.16)
-    ({"untrained": [0.40, 0.41, 0.39]}, "beats_untrained (pfml_table1: proxy_anchor, synthetic)"),  # no room to learn
-    ({"plateau": 0.30}, "loss_plateau (PFML, synthetic)"),  # the loss still falling
-])
+
+@pytest.mark.parametrize(
+    "change, failing",
+    [
+        ({"w2": 5.8}, "pfml_w2 (pfml_table3_w2: pfml, synthetic)"),  # the proxies left the data (W₂ 5.8 vs 0.16)
+        (
+            {"untrained": [0.40, 0.41, 0.39]},
+            "beats_untrained (pfml_table1: proxy_anchor, synthetic)",
+        ),  # no room to learn
+        ({"plateau": 0.30}, "loss_plateau (PFML, synthetic)"),  # the loss still falling
+    ],
+)
 def test_a_failing_check_makes_a_significant_claim_not_testable(tmp_path, change, failing):
     records = fabricated_records(untrained=change.get("untrained", UNTRAINED), plateau=change.get("plateau", PLATEAU))
     claims, html = build_report(tmp_path, records, w2=change.get("w2", W2))
@@ -147,8 +203,8 @@ def test_a_failing_check_makes_a_significant_claim_not_testable(tmp_path, change
     assert failing in found["failing_checks"]
     block = _block(html, "pfml-beats-proxy-anchor")
     assert "<b>not testable at this scale</b>" in block and failing in block
-    row = html[html.index('<a href="#claim-pfml-beats-proxy-anchor">'):]
-    assert row[:row.index("</tr>")].count(failing) == 1  # named in the summary table too
+    row = html[html.index('<a href="#claim-pfml-beats-proxy-anchor">') :]
+    assert row[: row.index("</tr>")].count(failing) == 1  # named in the summary table too
 
 
 def test_passing_checks_let_the_verdict_through(report):
@@ -167,8 +223,11 @@ def test_passing_checks_let_the_verdict_through(report):
 def _summary_verdicts(html):
     """claim id -> the verdict the summary table shows (and the failing checks it names)."""
     out = {}
-    for claim_id, cell in re.findall(r'<a href="#claim-([a-z0-9-]+)">[^<]*</a></td><td class="label">[^<]*</td>'
-                                     r'<td class="label">(.*?)</td>', html):
+    for claim_id, cell in re.findall(
+        r'<a href="#claim-([a-z0-9-]+)">[^<]*</a></td><td class="label">[^<]*</td>'
+        r'<td class="label">(.*?)</td>',
+        html,
+    ):
         bold = re.search(r"<b>(.*?)</b>", cell)
         named = re.search(r"\(failing: (.*?)\)</span>", cell)
         out[claim_id] = (bold.group(1) if bold else "not run at this scale", named.group(1) if named else "")
@@ -189,6 +248,10 @@ def test_claims_json_matches_the_rendered_section(tmp_path, w2):
         assert block.count('<span class="off">fail</span>') == sum(not k["pass"] for k in claim["checks"])
         for check in claim["checks"]:
             assert set(check) >= {"name", "value", "expected", "pass"} and escape(check["expected"]) in block
-    assert record["counts"] == {**{v: sum(c["verdict"] == v for c in record["claims"])
-                                   for v in ("holds", "contradicted", "inconclusive", NOT_TESTABLE)},
-                                "not run": sum(c["verdict"] == "not run at this scale" for c in record["claims"])}
+    assert record["counts"] == {
+        **{
+            v: sum(c["verdict"] == v for c in record["claims"])
+            for v in ("holds", "contradicted", "inconclusive", NOT_TESTABLE)
+        },
+        "not run": sum(c["verdict"] == "not run at this scale" for c in record["claims"]),
+    }

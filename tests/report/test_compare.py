@@ -24,22 +24,37 @@ def test_percent_units():
 
 def _reported(tmp_path):
     path = tmp_path / "t.csv"
-    pd.DataFrame([
-        ["t", "", "Lit", "CUB-200-2011", "recall@1", "60.0", ""],
-        ["t", "", "Ours", "CUB-200-2011", "recall@1", "64.9", "0.3"],
-        ["t", "", "Ours", "Cars-196", "recall@1", "84.0", "0.2"],
-    ], columns=["table", "block", "method", "dataset", "metric", "value", "std"]).to_csv(path, index=False)
+    pd.DataFrame(
+        [
+            ["t", "", "Lit", "CUB-200-2011", "recall@1", "60.0", ""],
+            ["t", "", "Ours", "CUB-200-2011", "recall@1", "64.9", "0.3"],
+            ["t", "", "Ours", "Cars-196", "recall@1", "84.0", "0.2"],
+        ],
+        columns=["table", "block", "method", "dataset", "metric", "value", "std"],
+    ).to_csv(path, index=False)
     return load_reported(path)
 
 
 def _aggregated(dataset):
-    return pd.DataFrame([{"method": "pfml", "dataset": dataset, "sweep": float("nan"), "recall@1_mean": 0.63,
-                          "recall@1_std": 0.004, "seeds": 5, "diverged": 0}])
+    return pd.DataFrame(
+        [
+            {
+                "method": "pfml",
+                "dataset": dataset,
+                "sweep": float("nan"),
+                "recall@1_mean": 0.63,
+                "recall@1_std": 0.004,
+                "seeds": 5,
+                "diverged": 0,
+            }
+        ]
+    )
 
 
 def test_real_dataset_gets_delta(tmp_path):
-    table = comparison_table(_aggregated("cub200"), _reported(tmp_path), ["recall@1"], {"pfml": "Ours"},
-                             {"cub200": "CUB-200-2011"}, 5)
+    table = comparison_table(
+        _aggregated("cub200"), _reported(tmp_path), ["recall@1"], {"pfml": "Ours"}, {"cub200": "CUB-200-2011"}, 5
+    )
     literature, ours = table["rows"]
     assert literature["label"] == "Lit" and literature["cells"][0]["paper"] == 60.0 and literature["source"] == "paper"
     cell = ours["cells"][0]
@@ -49,8 +64,9 @@ def test_real_dataset_gets_delta(tmp_path):
 
 
 def test_stand_in_dataset_is_shown_not_compared(tmp_path):
-    table = comparison_table(_aggregated("synthetic"), _reported(tmp_path), ["recall@1"], {"pfml": "Ours"},
-                             {"synthetic": "CUB-200-2011"}, 5)
+    table = comparison_table(
+        _aggregated("synthetic"), _reported(tmp_path), ["recall@1"], {"pfml": "Ours"}, {"synthetic": "CUB-200-2011"}, 5
+    )
     assert table["columns"][0]["stand_in"] is True
     cell = table["rows"][1]["cells"][0]
     assert cell["paper"] == 64.9 and cell["ours"] == pytest.approx(63.0) and cell["delta"] is None
@@ -73,8 +89,14 @@ def test_diverged_and_missing_seeds_are_shown(tmp_path):
 
 def test_one_row_per_method_across_datasets(tmp_path):
     aggregated = pd.concat([_aggregated("cub200"), _aggregated("cars196").assign(**{"recall@1_mean": 0.85})])
-    table = comparison_table(aggregated, _reported(tmp_path), ["recall@1"], {"pfml": "Ours"},
-                             {"cub200": "CUB-200-2011", "cars196": "Cars-196"}, 5)
+    table = comparison_table(
+        aggregated,
+        _reported(tmp_path),
+        ["recall@1"],
+        {"pfml": "Ours"},
+        {"cub200": "CUB-200-2011", "cars196": "Cars-196"},
+        5,
+    )
     ours = [r for r in table["rows"] if r["source"] == "ours"]
     assert len(ours) == 1
     cub, cars = ours[0]["cells"]
@@ -83,16 +105,24 @@ def test_one_row_per_method_across_datasets(tmp_path):
 
 def test_mlrc_tables_compare_95_percent_confidence_intervals(tmp_path):
     """uncertainty="ci95": ours ± its 95 % CI, within when |Δ| ≤ √(CI_paper² + CI_ours²) (factor 1, not 2)."""
-    aggregated = _aggregated("cub200").assign(**{"recall@1_ci95": 0.012})   # 1.2 points; std 0.4
-    table = comparison_table(aggregated, _reported(tmp_path), ["recall@1"], {"pfml": "Ours"},
-                             {"cub200": "CUB-200-2011"}, 5, uncertainty="ci95")
+    aggregated = _aggregated("cub200").assign(**{"recall@1_ci95": 0.012})  # 1.2 points; std 0.4
+    table = comparison_table(
+        aggregated,
+        _reported(tmp_path),
+        ["recall@1"],
+        {"pfml": "Ours"},
+        {"cub200": "CUB-200-2011"},
+        5,
+        uncertainty="ci95",
+    )
     cell = table["rows"][1]["cells"][0]
     assert cell["ours_std"] == pytest.approx(1.2) and cell["sigma"] == pytest.approx(math.hypot(0.3, 1.2))
-    assert cell["within"] is False                                  # 1.9 > 1.237
+    assert cell["within"] is False  # 1.9 > 1.237
     wide = aggregated.assign(**{"recall@1_ci95": 0.02})
-    cell = comparison_table(wide, _reported(tmp_path), ["recall@1"], {"pfml": "Ours"},
-                            {"cub200": "CUB-200-2011"}, 5, uncertainty="ci95")["rows"][1]["cells"][0]
-    assert cell["within"] is True                                   # 1.9 <= √(0.3² + 2²) = 2.02
+    cell = comparison_table(
+        wide, _reported(tmp_path), ["recall@1"], {"pfml": "Ours"}, {"cub200": "CUB-200-2011"}, 5, uncertainty="ci95"
+    )["rows"][1]["cells"][0]
+    assert cell["within"] is True  # 1.9 <= √(0.3² + 2²) = 2.02
     assert table["uncertainty"] == "ci95"
     with pytest.raises(ValueError, match="uncertainty"):
         comparison_table(aggregated, None, ["recall@1"], {}, {}, 5, uncertainty="sem")

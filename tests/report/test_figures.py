@@ -16,7 +16,7 @@ def _psi_loop(r, sources, labels, cls, delta, alpha):
     total = 0.0
     for s, label in zip(sources, labels):
         d = float(np.sqrt(((r - s) ** 2).sum()))
-        total += -max(d, delta) ** -alpha if label == cls else min(max(d, 1e-4), delta) ** -alpha
+        total += -(max(d, delta) ** -alpha) if label == cls else min(max(d, 1e-4), delta) ** -alpha
     return total
 
 
@@ -33,8 +33,14 @@ def test_class_field_matches_the_equations_and_its_force_is_minus_the_gradient()
         for i in range(2):
             step = np.zeros(2)
             step[i] = h
-            numeric = [-(_psi_loop(x + step, sources, source_labels, cls, 0.2, 4.0)
-                         - _psi_loop(x - step, sources, source_labels, cls, 0.2, 4.0)) / (2 * h) for x in r]
+            numeric = [
+                -(
+                    _psi_loop(x + step, sources, source_labels, cls, 0.2, 4.0)
+                    - _psi_loop(x - step, sources, source_labels, cls, 0.2, 4.0)
+                )
+                / (2 * h)
+                for x in r
+            ]
             np.testing.assert_allclose(force[:, i], numeric, rtol=1e-5, atol=1e-6)
 
 
@@ -46,9 +52,15 @@ def test_sweep_points_parse_the_aggregated_sweep_column():
 
 
 def test_sweep_figure_and_toy_write_pngs(tmp_path):
-    frame = pd.DataFrame({"method": ["pfml"] * 4, "dataset": ["a", "a", "b", "b"],
-                          "sweep": ["x=1", "x=2", "x=1", "x=2"], "recall@1_mean": [0.1, 0.2, 0.3, 0.4],
-                          "recall@1_std": [0.01, np.nan, 0.02, 0.03]})
+    frame = pd.DataFrame(
+        {
+            "method": ["pfml"] * 4,
+            "dataset": ["a", "a", "b", "b"],
+            "sweep": ["x=1", "x=2", "x=1", "x=2"],
+            "recall@1_mean": [0.1, 0.2, 0.3, 0.4],
+            "recall@1_std": [0.01, np.nan, 0.02, 0.03],
+        }
+    )
     figures.sweep_figure(frame, "x", "recall@1", tmp_path / "s.png")
     loss = build_loss("pfml", num_classes=2, embedding_size=2, proxies_per_class=2)
     figures.toy_field_figure(landscapes.toy_fields(loss, *landscapes.toy_configuration(0), grid=31), tmp_path / "t.png")

@@ -18,12 +18,29 @@ SYNTH = {"num_classes": 8, "images_per_class": 6, "size": 32}  # 4 training clas
 
 def _run_config(root) -> dict:
     """A 2-d RSW run of a few seconds (RSW's Euclidean space, no normalisation)."""
-    return {"dataset": {"name": "synthetic", "root": str(root), "params": SYNTH, "image_size": 32, "resize": 32,
-                        "batch_size": 16, "eval_batch_size": 64},
-            "model": {"backbone": "tiny_cnn", "backbone_kwargs": {"widths": [8, 8], "strides": [2, 2]},
-                      "embedding_size": 2, "l2_normalize": False},
-            "loss": {"name": "rsw", "hparams": {"alpha": 2.0, "k1": 0.5, "k2": 1.5}},
-            "eval": {"distance": "euclidean"}, "epochs": 1, "steps_per_epoch": 2, "seed": 0, "threads": 1}
+    return {
+        "dataset": {
+            "name": "synthetic",
+            "root": str(root),
+            "params": SYNTH,
+            "image_size": 32,
+            "resize": 32,
+            "batch_size": 16,
+            "eval_batch_size": 64,
+        },
+        "model": {
+            "backbone": "tiny_cnn",
+            "backbone_kwargs": {"widths": [8, 8], "strides": [2, 2]},
+            "embedding_size": 2,
+            "l2_normalize": False,
+        },
+        "loss": {"name": "rsw", "hparams": {"alpha": 2.0, "k1": 0.5, "k2": 1.5}},
+        "eval": {"distance": "euclidean"},
+        "epochs": 1,
+        "steps_per_epoch": 2,
+        "seed": 0,
+        "threads": 1,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +50,14 @@ def run_2d(tmp_path_factory):
     root = tmp_path_factory.mktemp("data")
     out = tmp_path_factory.mktemp("runs") / "rsw-2d"
     assert train_run(_run_config(root), out, progress=False)["status"] == "completed"
-    return {"run_id": "rsw-2d", "method": "rsw", "dataset": "synthetic", "seed": 0,
-            "config": resolve_run_config(_run_config(root)), "dir": str(out)}
+    return {
+        "run_id": "rsw-2d",
+        "method": "rsw",
+        "dataset": "synthetic",
+        "seed": 0,
+        "config": resolve_run_config(_run_config(root)),
+        "dir": str(out),
+    }
 
 
 @pytest.mark.slow
@@ -53,11 +76,20 @@ def test_the_embedding_2d_section_draws_the_exported_proxies(run_2d, tmp_path, m
     from dmlrepro.report import figures
 
     drawn = []
-    monkeypatch.setattr(figures, "embedding_2d_figure",
-                        lambda panels, path, _f=figures.embedding_2d_figure: drawn.extend(panels) or _f(panels, path))
-    section = build_section("emb", {"methods": ["rsw"], "datasets": ["synthetic"], "metrics": [],
-                                    "report": {"kind": "embedding_2d"}},
-                            aggregate_runs([], []), [run_2d], tmp_path, reported_dir=REPORTED, method_configs={})
+    monkeypatch.setattr(
+        figures,
+        "embedding_2d_figure",
+        lambda panels, path, _f=figures.embedding_2d_figure: drawn.extend(panels) or _f(panels, path),
+    )
+    section = build_section(
+        "emb",
+        {"methods": ["rsw"], "datasets": ["synthetic"], "metrics": [], "report": {"kind": "embedding_2d"}},
+        aggregate_runs([], []),
+        [run_2d],
+        tmp_path,
+        reported_dir=REPORTED,
+        method_configs={},
+    )
     assert (tmp_path / section["figures"][0]["file"]).read_bytes()[:8] == PNG
     with np.load(RunDir(run_2d["dir"]).final_proxies) as saved:
         assert np.array_equal(drawn[0]["proxies"], saved["proxies"])
@@ -87,8 +119,9 @@ def test_a_loss_without_proxies_exports_none(tmp_path):
     rundir = RunDir(tmp_path)
     write_final_proxies(rundir, build_loss("contrastive", num_classes=3, embedding_size=2), np.array([4, 7, 9]))
     assert not rundir.final_proxies.exists()
-    write_final_proxies(rundir, build_loss("pfml", num_classes=3, embedding_size=2, proxies_per_class=2),
-                        np.array([4, 7, 9]))
+    write_final_proxies(
+        rundir, build_loss("pfml", num_classes=3, embedding_size=2, proxies_per_class=2), np.array([4, 7, 9])
+    )
     with np.load(rundir.final_proxies) as saved:
         assert saved["proxies"].shape == (6, 2) and saved["labels"].tolist() == [4, 4, 7, 7, 9, 9]
 

@@ -18,20 +18,51 @@ BASE = {"c2_asap_s": "c2", "c2_asap": "c2", "ms_asap": "ms"}
 
 def _frame():
     """map@r@separated (fractions, as aggregated) on two datasets; ms_asap has no sop run."""
-    values = {("c2", "inshop"): 0.20, ("c2_asap_s", "inshop"): 0.25, ("c2_asap", "inshop"): 0.19,
-              ("ms", "inshop"): 0.40, ("ms_asap", "inshop"): 0.42, ("soft_triple", "inshop"): 0.30,
-              ("c2", "sop"): 0.50, ("c2_asap_s", "sop"): 0.55, ("c2_asap", "sop"): 0.60,
-              ("ms", "sop"): 0.45, ("soft_triple", "sop"): 0.35}
-    return pd.DataFrame([{"method": m, "dataset": d, "sweep": "", "map@r@separated_mean": v,
-                          "map@r@separated_std": 0.01, "map@r@separated_ci95": 0.02, "seeds": 1, "diverged": 0}
-                         for (m, d), v in values.items()])
+    values = {
+        ("c2", "inshop"): 0.20,
+        ("c2_asap_s", "inshop"): 0.25,
+        ("c2_asap", "inshop"): 0.19,
+        ("ms", "inshop"): 0.40,
+        ("ms_asap", "inshop"): 0.42,
+        ("soft_triple", "inshop"): 0.30,
+        ("c2", "sop"): 0.50,
+        ("c2_asap_s", "sop"): 0.55,
+        ("c2_asap", "sop"): 0.60,
+        ("ms", "sop"): 0.45,
+        ("soft_triple", "sop"): 0.35,
+    }
+    return pd.DataFrame(
+        [
+            {
+                "method": m,
+                "dataset": d,
+                "sweep": "",
+                "map@r@separated_mean": v,
+                "map@r@separated_std": 0.01,
+                "map@r@separated_ci95": 0.02,
+                "seeds": 1,
+                "diverged": 0,
+            }
+            for (m, d), v in values.items()
+        ]
+    )
 
 
 def _experiment(**report):
-    return {"methods": METHODS, "datasets": ["inshop", "sop"], "metrics": ["map@r@separated"],
-            "report": {"kind": "improvement", "mlrc": True, "metric": "map@r@separated", "base": BASE,
-                       "methods": {"c2": "C2", "c2_asap_s": "C2-ASAP-S", "c2_asap": "C2-ASAP-L"},
-                       "datasets": {"inshop": "In-Shop", "sop": "SOP"}, **report}}
+    return {
+        "methods": METHODS,
+        "datasets": ["inshop", "sop"],
+        "metrics": ["map@r@separated"],
+        "report": {
+            "kind": "improvement",
+            "mlrc": True,
+            "metric": "map@r@separated",
+            "base": BASE,
+            "methods": {"c2": "C2", "c2_asap_s": "C2-ASAP-S", "c2_asap": "C2-ASAP-L"},
+            "datasets": {"inshop": "In-Shop", "sop": "SOP"},
+            **report,
+        },
+    }
 
 
 def test_improvement_numbers_by_hand():
@@ -57,8 +88,14 @@ def test_improvement_numbers_by_hand():
     assert by[("soft_triple", "sop")]["role"] == "alone" and by[("soft_triple", "sop")]["delta"] is None
     assert ("ms_asap", "sop") not in by and by[("ms", "sop")]["role"] == "base"
     # grouped by base loss: the base first, then its variants in declared order; loners last
-    assert [r["method"] for r in rows if r["dataset"] == "inshop"] == \
-        ["c2", "c2_asap_s", "c2_asap", "ms", "ms_asap", "soft_triple"]
+    assert [r["method"] for r in rows if r["dataset"] == "inshop"] == [
+        "c2",
+        "c2_asap_s",
+        "c2_asap",
+        "ms",
+        "ms_asap",
+        "soft_triple",
+    ]
 
 
 def test_a_missing_or_zero_base_gives_no_delta():
@@ -92,9 +129,11 @@ def test_the_report_template_renders_the_improvements(tmp_path):
 
     from dmlrepro.report.html import render_report
 
-    section = build_section("fig5", _experiment(), _frame(), [], tmp_path / "s", reported_dir=tmp_path,
-                            method_configs={})
+    section = build_section(
+        "fig5", _experiment(), _frame(), [], tmp_path / "s", reported_dir=tmp_path, method_configs={}
+    )
     templates = Path(__file__).resolve().parents[2] / "reports" / "templates"
+
     class Provenance(dict):  # the fields this section does not use are empty
         def __missing__(self, key):
             return ""
@@ -111,13 +150,16 @@ def test_metric_defaults_to_the_first_metric():
     assert check_improvement("fig5", experiment) == ("map@r@separated", BASE)
 
 
-@pytest.mark.parametrize("base, match", [
-    ({"c2_xbm": "c2"}, r"experiments\.fig5\.report\.base: 'c2_xbm' is not one of the experiment's methods"),
-    ({"c2_asap": "c1"}, r"experiments\.fig5\.report\.base\.c2_asap = 'c1': the base method is not one"),
-    ({"c2": "c2"}, r"experiments\.fig5\.report\.base\.c2: a method is not its own base"),
-    ({}, r"experiments\.fig5\.report\.base = \{\}"),
-    (None, r"experiments\.fig5\.report\.base = None"),
-])
+@pytest.mark.parametrize(
+    "base, match",
+    [
+        ({"c2_xbm": "c2"}, r"experiments\.fig5\.report\.base: 'c2_xbm' is not one of the experiment's methods"),
+        ({"c2_asap": "c1"}, r"experiments\.fig5\.report\.base\.c2_asap = 'c1': the base method is not one"),
+        ({"c2": "c2"}, r"experiments\.fig5\.report\.base\.c2: a method is not its own base"),
+        ({}, r"experiments\.fig5\.report\.base = \{\}"),
+        (None, r"experiments\.fig5\.report\.base = None"),
+    ],
+)
 def test_bad_base_raises_naming_the_key(tmp_path, base, match):
     experiment = _experiment(base=base)
     with pytest.raises(ValueError, match=match):

@@ -12,10 +12,23 @@ import pytest
 import yaml
 from scipy import stats
 
-from dmlrepro.report.aggregate import (final_rsw_alpha, loss_last_change, mlrc_records, run_mechanism, seed_table,
-                                       untrained_column)
-from dmlrepro.report.claims import (CONTRADICTED, HOLDS, NOT_TESTABLE, check_claims, evaluate_claim, load_check_ranges,
-                                    read_catalogue)
+from dmlrepro.report.aggregate import (
+    final_rsw_alpha,
+    loss_last_change,
+    mlrc_records,
+    run_mechanism,
+    seed_table,
+    untrained_column,
+)
+from dmlrepro.report.claims import (
+    CONTRADICTED,
+    HOLDS,
+    NOT_TESTABLE,
+    check_claims,
+    evaluate_claim,
+    load_check_ranges,
+    read_catalogue,
+)
 from dmlrepro.report.mechanisms import CHECKS, run_check
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +38,7 @@ RANGES = load_check_ranges(CATALOGUE)
 
 
 # ---- the inputs, as rule aggregate writes them ----------------------------------------------------------
+
 
 def _log(tmp_path, losses):
     path = tmp_path / "train_log.csv"
@@ -47,10 +61,10 @@ def test_final_rsw_alpha_is_the_last_phases():
     assert final_rsw_alpha(warp) == 28.4
     assert final_rsw_alpha({**warp, "followup": {"epochs": 2, "loss": {"alpha": 24.68}}}) == 24.68
     assert final_rsw_alpha({**warp, "followup": {"epochs": 0, "loss": {"alpha": 24.68}}}) == 28.4
-    assert final_rsw_alpha({"loss": {"name": "rsw", "hparams": {"warp": False}}}) is None          # eq. 4
+    assert final_rsw_alpha({"loss": {"name": "rsw", "hparams": {"warp": False}}}) is None  # eq. 4
     assert final_rsw_alpha({"loss": {"name": "rsw", "hparams": {"alpha": float("inf")}}}) is None  # V5, V6
     assert final_rsw_alpha({"loss": {"name": "rsw", "hparams": {"function": "power", "power": 2.0}}}) is None
-    assert final_rsw_alpha({"loss": {"name": "pfml", "hparams": {"alpha": 4.0}}}) is None          # PFML's α decays
+    assert final_rsw_alpha({"loss": {"name": "pfml", "hparams": {"alpha": 4.0}}}) is None  # PFML's α decays
 
 
 def test_run_mechanism_reads_the_validation_summary(tmp_path):
@@ -61,14 +75,38 @@ def test_run_mechanism_reads_the_validation_summary(tmp_path):
 
 
 def test_seed_table_carries_untrained_values_and_mechanism_inputs():
-    records = [{"method": "m", "dataset": "d", "sweep": {}, "seed": s,
-                "result": {"status": status, "metrics": {"recall@1": 0.5}, "untrained_metrics": {"recall@1": 0.2},
-                           "proxy_metrics": {"w2": 0.3}},
-                "mechanism": {"loss_last_change": 0.01, "alternations": 4.0}}
-               for s, status in enumerate(["completed", "diverged"])]
+    records = [
+        {
+            "method": "m",
+            "dataset": "d",
+            "sweep": {},
+            "seed": s,
+            "result": {
+                "status": status,
+                "metrics": {"recall@1": 0.5},
+                "untrained_metrics": {"recall@1": 0.2},
+                "proxy_metrics": {"w2": 0.3},
+            },
+            "mechanism": {"loss_last_change": 0.01, "alternations": 4.0},
+        }
+        for s, status in enumerate(["completed", "diverged"])
+    ]
     table = seed_table(records, ["recall@1"])
-    assert list(table.columns) == ["method", "dataset", "sweep", "seed", "diverged", "recall@1", "recall@1@untrained",
-                                   "alternations", "early_stopped", "loss_last_change", "w2", "avg_dtp", "rsw_alpha"]
+    assert list(table.columns) == [
+        "method",
+        "dataset",
+        "sweep",
+        "seed",
+        "diverged",
+        "recall@1",
+        "recall@1@untrained",
+        "alternations",
+        "early_stopped",
+        "loss_last_change",
+        "w2",
+        "avg_dtp",
+        "rsw_alpha",
+    ]
     first, diverged = table.to_dict("records")
     assert first["recall@1@untrained"] == 0.2 and first["w2"] == 0.3 and first["alternations"] == 4.0
     # a diverged run: its metrics and proxy metrics are hidden, its evaluation before training is not
@@ -85,14 +123,25 @@ def test_an_mlrc_reproduction_combines_its_folds(tmp_path):
         folder = tmp_path / f"f{fold}"
         folder.mkdir()
         labels = np.repeat(np.arange(3), 3)
-        save_embeddings(folder / "embeddings_test.npz", np.eye(9, 4, dtype=np.float32) + labels[:, None], labels,
-                        np.arange(9))
-        records.append({"method": "m", "dataset": "d", "seed": 0, "dir": str(folder),
-                        "sweep": {"validation.fold": fold},
-                        "result": {"status": "completed", "ks": [1], "metrics": {"map@r": 0.5},
-                                   "untrained_metrics": {"map@r": before}},
-                        "mechanism": {"alternations": float(alternations), "early_stopped": 1.0,
-                                      "loss_last_change": move}})
+        save_embeddings(
+            folder / "embeddings_test.npz", np.eye(9, 4, dtype=np.float32) + labels[:, None], labels, np.arange(9)
+        )
+        records.append(
+            {
+                "method": "m",
+                "dataset": "d",
+                "seed": 0,
+                "dir": str(folder),
+                "sweep": {"validation.fold": fold},
+                "result": {
+                    "status": "completed",
+                    "ks": [1],
+                    "metrics": {"map@r": 0.5},
+                    "untrained_metrics": {"map@r": before},
+                },
+                "mechanism": {"alternations": float(alternations), "early_stopped": 1.0, "loss_last_change": move},
+            }
+        )
     (out,) = mlrc_records(records)
     assert out["result"]["untrained_metrics"] == {"map@r@separated": pytest.approx(0.15)}  # the folds' mean
     # every fold must alternate and plateau: the fewest alternations, the largest move
@@ -100,6 +149,7 @@ def test_an_mlrc_reproduction_combines_its_folds(tmp_path):
 
 
 # ---- each check on a fabricated per-seed table ------------------------------------------------------------
+
 
 def _reader(**columns):
     """read(column) over one cell: seed -> value; `seed` lists the cell's runs."""
@@ -110,30 +160,45 @@ def _reader(**columns):
 
 def test_beats_untrained_is_a_paired_test_of_the_gain():
     after, before = [0.33, 0.30, 0.36], [0.20, 0.21, 0.19]
-    found = run_check("beats_untrained", RANGES["beats_untrained"],
-                      _reader(**{"recall@1": after, untrained_column("recall@1"): before}), "recall@1")
+    found = run_check(
+        "beats_untrained",
+        RANGES["beats_untrained"],
+        _reader(**{"recall@1": after, untrained_column("recall@1"): before}),
+        "recall@1",
+    )
     assert found["value"] == pytest.approx(13.0) and found["n"] == 3  # points (paper units)
     assert found["p"] == pytest.approx(stats.ttest_rel([33, 30, 36], [20, 21, 19]).pvalue) and found["pass"]
-    damaged = run_check("beats_untrained", RANGES["beats_untrained"],
-                        _reader(**{"recall@1": before, untrained_column("recall@1"): after}), "recall@1")
+    damaged = run_check(
+        "beats_untrained",
+        RANGES["beats_untrained"],
+        _reader(**{"recall@1": before, untrained_column("recall@1"): after}),
+        "recall@1",
+    )
     assert damaged["value"] == pytest.approx(-13.0) and not damaged["pass"]
-    one_seed = run_check("beats_untrained", RANGES["beats_untrained"],
-                         _reader(**{"recall@1": [0.9], untrained_column("recall@1"): [0.1]}), "recall@1")
+    one_seed = run_check(
+        "beats_untrained",
+        RANGES["beats_untrained"],
+        _reader(**{"recall@1": [0.9], untrained_column("recall@1"): [0.1]}),
+        "recall@1",
+    )
     assert not one_seed["pass"] and "no paired test" in one_seed["detail"]
     unrecorded = run_check("beats_untrained", RANGES["beats_untrained"], _reader(**{"recall@1": after}), "recall@1")
     assert unrecorded["value"] is None and "eval.before_training" in unrecorded["detail"]
 
 
-@pytest.mark.parametrize("name, column, values, value, ok", [
-    ("pfml_w2", "w2", [0.15, 0.17], 0.16, True),           # PFML Table 3: 0.16
-    ("pfml_w2", "w2", [5.8, 5.8], 5.8, False),              # the proxies left the data
-    ("asap_alternations", "alternations", [5, 3, 4], 3, True),
-    ("asap_alternations", "alternations", [5, 1, 4], 1, False),  # the run that barely alternates decides
-    ("validation_plateau", "early_stopped", [1, 1], 1.0, True),
-    ("validation_plateau", "early_stopped", [1, 0], 0.5, False),  # one run ended on the epoch cap
-    ("loss_plateau", "loss_last_change", [0.01, 0.04], 0.04, True),
-    ("loss_plateau", "loss_last_change", [0.01, 0.2], 0.2, False),
-])
+@pytest.mark.parametrize(
+    "name, column, values, value, ok",
+    [
+        ("pfml_w2", "w2", [0.15, 0.17], 0.16, True),  # PFML Table 3: 0.16
+        ("pfml_w2", "w2", [5.8, 5.8], 5.8, False),  # the proxies left the data
+        ("asap_alternations", "alternations", [5, 3, 4], 3, True),
+        ("asap_alternations", "alternations", [5, 1, 4], 1, False),  # the run that barely alternates decides
+        ("validation_plateau", "early_stopped", [1, 1], 1.0, True),
+        ("validation_plateau", "early_stopped", [1, 0], 0.5, False),  # one run ended on the epoch cap
+        ("loss_plateau", "loss_last_change", [0.01, 0.04], 0.04, True),
+        ("loss_plateau", "loss_last_change", [0.01, 0.2], 0.2, False),
+    ],
+)
 def test_range_checks(name, column, values, value, ok):
     found = run_check(name, RANGES[name], _reader(**{column: values}), "recall@1")
     assert found["value"] == pytest.approx(value) and found["pass"] is ok
@@ -142,11 +207,13 @@ def test_range_checks(name, column, values, value, ok):
 
 def test_rsw_dtp_alpha_is_the_ratio():
     # RSW Table III: W2's AvgDTP 25.38 at α = 25, W1's 50.05 at α = 50
-    found = run_check("rsw_dtp_alpha", RANGES["rsw_dtp_alpha"], _reader(avg_dtp=[25.38, 50.05], rsw_alpha=[25.0, 50.0]),
-                      "recall@1")
+    found = run_check(
+        "rsw_dtp_alpha", RANGES["rsw_dtp_alpha"], _reader(avg_dtp=[25.38, 50.05], rsw_alpha=[25.0, 50.0]), "recall@1"
+    )
     assert found["value"] == pytest.approx((25.38 / 25 + 50.05 / 50) / 2) and found["pass"]
-    inflated = run_check("rsw_dtp_alpha", RANGES["rsw_dtp_alpha"], _reader(avg_dtp=[29.0], rsw_alpha=[13.8]),
-                         "recall@1")
+    inflated = run_check(
+        "rsw_dtp_alpha", RANGES["rsw_dtp_alpha"], _reader(avg_dtp=[29.0], rsw_alpha=[13.8]), "recall@1"
+    )
     assert not inflated["pass"]
     unrecorded = run_check("rsw_dtp_alpha", RANGES["rsw_dtp_alpha"], _reader(rsw_alpha=[13.8]), "recall@1")
     assert "eval.proxy_metrics: [avg_dtp]" in unrecorded["detail"]
@@ -159,23 +226,44 @@ def test_a_cell_without_runs_fails_as_such():
 
 # ---- the gate on a claim's verdict --------------------------------------------------------------------------
 
+
 def _table(gain, plateau):
     """Per-seed table of experiment `exp`: ma clearly above mb (Δ = 12 points, p < 0.01); mb's untrained
     value `gain` below its trained one; every run's last-epoch loss move `plateau`."""
     rows = []
     for method, values in {"ma": [0.72, 0.74, 0.73], "mb": [0.60, 0.62, 0.61]}.items():
         for seed, v in enumerate(values):
-            rows.append({"method": method, "dataset": "synthetic", "sweep": "", "seed": seed, "diverged": False,
-                         "recall@1": v, "recall@1@untrained": 0.61 - gain + 0.001 * seed, "loss_last_change": plateau})
+            rows.append(
+                {
+                    "method": method,
+                    "dataset": "synthetic",
+                    "sweep": "",
+                    "seed": seed,
+                    "diverged": False,
+                    "recall@1": v,
+                    "recall@1@untrained": 0.61 - gain + 0.001 * seed,
+                    "loss_last_change": plateau,
+                }
+            )
     return {"exp": pd.DataFrame(rows)}
 
 
 def _gated_claim(**extra):
     cells = {"a": {"experiment": "exp", "method": "ma"}, "b": {"experiment": "exp", "method": "mb"}}
     checks = [{"check": "beats_untrained", "side": "b"}, {"check": "loss_plateau"}]
-    return {"id": "x", "paper": "PFML", "source": "Table 1", "quote": "q", "claim": "a > b", "metrics": ["recall@1"],
-            "sides": {"a": "A", "b": "B"}, "better": ["a"], "worse": ["b"],
-            "scales": {"miniature": {"datasets": ["synthetic"], "cells": cells, "checks": checks}}, **extra}
+    return {
+        "id": "x",
+        "paper": "PFML",
+        "source": "Table 1",
+        "quote": "q",
+        "claim": "a > b",
+        "metrics": ["recall@1"],
+        "sides": {"a": "A", "b": "B"},
+        "better": ["a"],
+        "worse": ["b"],
+        "scales": {"miniature": {"datasets": ["synthetic"], "cells": cells, "checks": checks}},
+        **extra,
+    }
 
 
 def test_a_failing_check_makes_a_significant_claim_not_testable():
@@ -212,6 +300,7 @@ def test_claim_p_is_the_verdicts():
 
 
 # ---- the catalogue, the schema and the code agree ------------------------------------------------------------
+
 
 def test_the_schema_the_catalogue_and_the_code_name_the_same_checks():
     schema = yaml.safe_load(SCHEMA.read_text())
@@ -271,26 +360,44 @@ def test_rule_aggregate_reads_the_inputs_from_a_real_run(tmp_path):
     from dmlrepro.train.state import RunDir
 
     prepare("digits", tmp_path / "data", progress=False)
-    cfg = {"dataset": {"name": "digits", "root": str(tmp_path / "data"), "image_size": 32, "resize": 32,
-                       "batch_size": 32},
-           "model": {"backbone": "tiny_cnn", "backbone_kwargs": {"widths": [16, 32, 32], "strides": [2, 2, 2]},
-                     "embedding_size": 16},
-           "loss": {"name": "pfml", "hparams": {"proxies_per_class": 2}},
-           "optimizer": {"name": "adam", "lr": 1e-3, "lr_mult": {"loss": 100}}, "epochs": 3, "steps_per_epoch": 4,
-           "seed": 3, "threads": 1, "device": "cpu", "eval": {"before_training": True, "proxy_metrics": ["w2"]}}
+    cfg = {
+        "dataset": {"name": "digits", "root": str(tmp_path / "data"), "image_size": 32, "resize": 32, "batch_size": 32},
+        "model": {
+            "backbone": "tiny_cnn",
+            "backbone_kwargs": {"widths": [16, 32, 32], "strides": [2, 2, 2]},
+            "embedding_size": 16,
+        },
+        "loss": {"name": "pfml", "hparams": {"proxies_per_class": 2}},
+        "optimizer": {"name": "adam", "lr": 1e-3, "lr_mult": {"loss": 100}},
+        "epochs": 3,
+        "steps_per_epoch": 4,
+        "seed": 3,
+        "threads": 1,
+        "device": "cpu",
+        "eval": {"before_training": True, "proxy_metrics": ["w2"]},
+    }
     run = RunDir(tmp_path / "run")
     train_run(cfg, run.root, progress=False)
     result = json.loads(run.metrics.read_text())
     record = {"run_id": "run", "method": "pfml", "dataset": "digits", "seed": 3, "sweep": {}}
     table, seeds = tmp_path / "t.csv", tmp_path / "s.csv"
-    write_experiment_tables([record], [str(run.metrics)], [str(run.train_log)], ["recall@1", "w2"], mlrc=False,
-                            last_finite=False, table=str(table), seeds=str(seeds))
+    write_experiment_tables(
+        [record],
+        [str(run.metrics)],
+        [str(run.train_log)],
+        ["recall@1", "w2"],
+        mlrc=False,
+        last_finite=False,
+        table=str(table),
+        seeds=str(seeds),
+    )
     (row,) = pd.read_csv(seeds).to_dict("records")
     assert row["recall@1@untrained"] == pytest.approx(result["untrained_metrics"]["recall@1"], abs=1e-6)
     assert row["w2"] == pytest.approx(result["proxy_metrics"]["w2"], abs=1e-6)
     losses = pd.read_csv(run.train_log).query("epoch > 0")["loss"].to_numpy()
-    assert row["loss_last_change"] == pytest.approx(abs(losses[-1] - losses[-2]) / (losses.max() - losses.min()),
-                                                    abs=1e-6)
+    assert row["loss_last_change"] == pytest.approx(
+        abs(losses[-1] - losses[-2]) / (losses.max() - losses.min()), abs=1e-6
+    )
     assert pd.isna(row["alternations"]) and pd.isna(row["rsw_alpha"])  # no validation split, not RSW
     aggregated = pd.read_csv(table)
     assert aggregated["recall@1@untrained_mean"].iloc[0] == pytest.approx(row["recall@1@untrained"], abs=1e-6)

@@ -14,8 +14,13 @@ import pytest
 from dmlrepro.evaluation.embeddings_io import save_embeddings
 from dmlrepro.report import provenance, render_report
 from dmlrepro.report.aggregate import aggregate_runs
-from dmlrepro.report.proxy_geometry import (mean_pairwise_distance, method_summary, proxy_covering_radius,
-                                            run_geometry, spread_ratio)
+from dmlrepro.report.proxy_geometry import (
+    mean_pairwise_distance,
+    method_summary,
+    proxy_covering_radius,
+    run_geometry,
+    spread_ratio,
+)
 from dmlrepro.report.sections import build_section
 from dmlrepro.train.state import RunDir
 
@@ -61,10 +66,17 @@ def _run(tmp_path, name, method, seed, proxies, projections, normalize="none"):
     np.savez(rundir.final_proxies, proxies=proxies, labels=PROXY_LABELS)
     rundir.val_embeddings.mkdir()
     for k, points in enumerate(projections):
-        save_embeddings(rundir.projection_embeddings(k), points, [0, 0, 1, 1], split="validation",
-                        meta={"projection": k})
-    return {"run_id": name, "method": method, "dataset": "mnist", "seed": seed, "dir": str(rundir.root),
-            "config": {"eval": {"normalize": normalize}}}
+        save_embeddings(
+            rundir.projection_embeddings(k), points, [0, 0, 1, 1], split="validation", meta={"projection": k}
+        )
+    return {
+        "run_id": name,
+        "method": method,
+        "dataset": "mnist",
+        "seed": seed,
+        "dir": str(rundir.root),
+        "config": {"eval": {"normalize": normalize}},
+    }
 
 
 # validation embeddings, two samples per class: App. A.3.1's radius of two points d apart is the mean of
@@ -125,16 +137,29 @@ def test_the_section_tables_and_draws_the_mechanism(tmp_path):
 
     experiment = yaml.safe_load((ROOT / "config" / "real_data.yaml").read_text())["experiments"]["real_mnist_poc"]
     assert experiment["report"]["kind"] == "proxy_geometry"
-    runs = [_run(tmp_path / "runs", "proxy-s0", "c2_proxy_mnist", 0, COLLAPSED, [STAGE_A], "lipschitz"),
-            _run(tmp_path / "runs", "asap-s0", "c2_asap_mnist", 0, SPREAD, [STAGE_A, STAGE_B], "lipschitz")]
+    runs = [
+        _run(tmp_path / "runs", "proxy-s0", "c2_proxy_mnist", 0, COLLAPSED, [STAGE_A], "lipschitz"),
+        _run(tmp_path / "runs", "asap-s0", "c2_asap_mnist", 0, SPREAD, [STAGE_A, STAGE_B], "lipschitz"),
+    ]
     out = tmp_path / "section"
-    section = build_section("real_mnist_poc", experiment, aggregate_runs([], []), runs, out,
-                            reported_dir=ROOT / "config" / "reported", method_configs={})
+    section = build_section(
+        "real_mnist_poc",
+        experiment,
+        aggregate_runs([], []),
+        runs,
+        out,
+        reported_dir=ROOT / "config" / "reported",
+        method_configs={},
+    )
     assert [g["label"] for g in section["proxy_geometry"]] == ["C2-Proxy (single proxy-DML)", "C2-ASAP"]
     assert json.loads((out / "section.json").read_text())["proxy_geometry_runs"][1]["radius_shrinks"] is True
     files = [f["file"] for f in section["figures"]]
-    assert files == ["real_mnist_poc_proxies.png", "real_mnist_poc_c2_proxy_mnist_projections.png",
-                     "real_mnist_poc_c2_asap_mnist_projections.png", "real_mnist_poc_radius.png"]
+    assert files == [
+        "real_mnist_poc_proxies.png",
+        "real_mnist_poc_c2_proxy_mnist_projections.png",
+        "real_mnist_poc_c2_asap_mnist_projections.png",
+        "real_mnist_poc_radius.png",
+    ]
     assert all((out / f).read_bytes().startswith(PNG) for f in files)
     html = tmp_path / "report" / "index.html"
     render_report([section], [out], provenance(ROOT, [], {}), html, ROOT / "reports" / "templates")
@@ -154,23 +179,47 @@ def trained_pair(tmp_path_factory):
 
     (run,) = resolve_runs(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()), ["asap_poc_2d"]).values()
     root = tmp_path_factory.mktemp("e2e")
-    base = {**run.config, "epochs": 4, "threads": 1, "dataset": {**run.config["dataset"], "root": str(root / "data")},
-            "asap": {**run.config["asap"], "projection_patience": 1}}
+    base = {
+        **run.config,
+        "epochs": 4,
+        "threads": 1,
+        "dataset": {**run.config["dataset"], "root": str(root / "data")},
+        "asap": {**run.config["asap"], "projection_patience": 1},
+    }
     out = []
     for method, asap in (("c2_proxy_2d", {"lam": 0.0, "alternate": False}), ("c2_asap_2d", {})):
         config = {**base, "asap": {**base["asap"], **asap}}
         assert train_run(config, root / method, progress=False)["status"] == "completed"
-        out.append({"run_id": method, "method": method, "dataset": "digits", "seed": 0, "config": config,
-                    "dir": str(root / method)})
+        out.append(
+            {
+                "run_id": method,
+                "method": method,
+                "dataset": "digits",
+                "seed": 0,
+                "config": config,
+                "dir": str(root / method),
+            }
+        )
     return out
 
 
 @pytest.mark.slow
 def test_the_section_reads_what_the_engine_writes(trained_pair, tmp_path):
-    experiment = {"methods": ["c2_proxy_2d", "c2_asap_2d"], "datasets": ["digits"], "metrics": ["map@r"],
-                  "report": {"kind": "proxy_geometry"}}
-    section = build_section("poc", experiment, aggregate_runs([], []), trained_pair, tmp_path,
-                            reported_dir=ROOT / "config" / "reported", method_configs={})
+    experiment = {
+        "methods": ["c2_proxy_2d", "c2_asap_2d"],
+        "datasets": ["digits"],
+        "metrics": ["map@r"],
+        "report": {"kind": "proxy_geometry"},
+    }
+    section = build_section(
+        "poc",
+        experiment,
+        aggregate_runs([], []),
+        trained_pair,
+        tmp_path,
+        reported_dir=ROOT / "config" / "reported",
+        method_configs={},
+    )
     single, asap = section["proxy_geometry_runs"]
     alternations = json.loads((Path(trained_pair[1]["dir"]) / "metrics.json").read_text())["validation"]["alternations"]
     assert single["projections"] == [0] and asap["projections"] == list(range(alternations + 1))

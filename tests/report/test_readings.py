@@ -21,9 +21,22 @@ class Provenance(dict):  # the fields a bare section does not use are empty
 
 
 def _section(readings):
-    return {"experiment": "pfml_fig3c_alpha", "kind": "table", "title": "Fig. 3c", "description": "",
-            "paper_says": "", "reported": None, "block": None, "table": None, "figures": [], "notes": [],
-            "readings": readings, "ratios": [], "hparams": [], "runs": []}
+    return {
+        "experiment": "pfml_fig3c_alpha",
+        "kind": "table",
+        "title": "Fig. 3c",
+        "description": "",
+        "paper_says": "",
+        "reported": None,
+        "block": None,
+        "table": None,
+        "figures": [],
+        "notes": [],
+        "readings": readings,
+        "ratios": [],
+        "hparams": [],
+        "runs": [],
+    }
 
 
 def _render(tmp_path, sections, out):
@@ -34,16 +47,20 @@ def _render(tmp_path, sections, out):
 
 def test_a_page_lists_its_anchored_headings(tmp_path):
     page = tmp_path / "pfml.md"
-    page.write_text('# t\n\n<a id="pfml-r1"></a>\n### PFML-R1 — α = 0\n\ntext\n\n### not anchored\n'
-                    '<a id="pfml-r2"></a>\n### PFML-R2 — Self-terms\n')
+    page.write_text(
+        '# t\n\n<a id="pfml-r1"></a>\n### PFML-R1 — α = 0\n\ntext\n\n### not anchored\n'
+        '<a id="pfml-r2"></a>\n### PFML-R2 — Self-terms\n'
+    )
     assert page_anchors(page) == {"pfml-r1": "PFML-R1 — α = 0", "pfml-r2": "PFML-R2 — Self-terms"}
 
 
 def test_links_from_the_default_report_folder_reach_the_page_and_its_anchor():
     report_dir = ROOT / "results" / "report"  # results/report/index.html of the embedded default
     links = reading_links(["pfml-r1", "proto-r3"], READINGS, report_dir)
-    assert [link["href"] for link in links] == ["../../docs/readings/pfml.md#pfml-r1",
-                                                "../../docs/readings/protocols.md#proto-r3"]
+    assert [link["href"] for link in links] == [
+        "../../docs/readings/pfml.md#pfml-r1",
+        "../../docs/readings/protocols.md#proto-r3",
+    ]
     for link in links:
         path, anchor = link["href"].split("#")
         page = (report_dir / path).resolve()
@@ -54,11 +71,14 @@ def test_links_from_the_default_report_folder_reach_the_page_and_its_anchor():
 MISSING = "pfml-r" + "999"  # built from pieces: tests/project/test_references.py would reject it written whole
 
 
-@pytest.mark.parametrize("anchor, match", [
-    (MISSING, rf"'{MISSING}' is not an anchor of .*pfml\.md"),
-    ("PFML-R1", r"'PFML-R1' is not a reading id like 'pfml-r7'"),
-    ("paper-r1", r"'paper-r1' is not a reading id"),
-])
+@pytest.mark.parametrize(
+    "anchor, match",
+    [
+        (MISSING, rf"'{MISSING}' is not an anchor of .*pfml\.md"),
+        ("PFML-R1", r"'PFML-R1' is not a reading id like 'pfml-r7'"),
+        ("paper-r1", r"'paper-r1' is not a reading id"),
+    ],
+)
 def test_an_unknown_reading_is_an_error_naming_the_experiment(tmp_path, anchor, match):
     with pytest.raises(ValueError, match=r"experiments\.pfml_fig3c_alpha\.report\.readings: " + match):
         _render(tmp_path, [_section([anchor])], tmp_path / "out" / "index.html")

@@ -38,8 +38,9 @@ def test_every_kind_the_workflow_schema_allows_has_a_builder_and_no_other():
 
 def test_an_unknown_kind_names_the_known_ones(tmp_path):
     with pytest.raises(ValueError, match=r"experiments\.fig\.report\.kind: 'bars' is not one of \('table', 'sweep'"):
-        build_section("fig", {"report": {"kind": "bars"}}, None, [], tmp_path / "s", reported_dir=".",
-                      method_configs={})
+        build_section(
+            "fig", {"report": {"kind": "bars"}}, None, [], tmp_path / "s", reported_dir=".", method_configs={}
+        )
     assert not (tmp_path / "s").exists()  # nothing drawn
     assert section_kind("fig", "sweep").table and not section_kind("fig", "landscape").table
 
@@ -59,8 +60,9 @@ def test_a_registered_kind_is_built_and_its_check_runs_first(tmp_path):
     try:
         with pytest.raises(ValueError, match="report.bad"):
             check_report("fig", {"report": {"kind": "probe", "bad": True}})
-        section = build_section("fig", {"report": {"kind": "probe"}}, None, [], tmp_path / "s", reported_dir=".",
-                                method_configs={})
+        section = build_section(
+            "fig", {"report": {"kind": "probe"}}, None, [], tmp_path / "s", reported_dir=".", method_configs={}
+        )
     finally:
         SECTION_KINDS.pop("probe")
     assert seen == ["fig"] and section["hparams"] == [{"from": "probe"}] and section["table"] is None

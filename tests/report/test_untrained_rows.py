@@ -17,23 +17,41 @@ ROOT = Path(__file__).resolve().parents[2]
 def _records(untrained):
     """Per method: R@1 after training per seed and, per seed, the untrained R@1 (None: not recorded)."""
     trained = {"pfml": [0.40, 0.44], "proxy_anchor": [0.50, 0.52], "hist": [0.30, 0.32]}
-    return [{"method": m, "dataset": "synthetic", "sweep": {}, "seed": s,
-             "result": {"status": "completed", "metrics": {"recall@1": v, "recall@2": v + 0.1},
-                        "untrained_metrics": None if untrained[m] is None else
-                        {"recall@1": untrained[m][s], "recall@2": untrained[m][s] + 0.1}}}
-            for m, values in trained.items() for s, v in enumerate(values)]
+    return [
+        {
+            "method": m,
+            "dataset": "synthetic",
+            "sweep": {},
+            "seed": s,
+            "result": {
+                "status": "completed",
+                "metrics": {"recall@1": v, "recall@2": v + 0.1},
+                "untrained_metrics": None
+                if untrained[m] is None
+                else {"recall@1": untrained[m][s], "recall@2": untrained[m][s] + 0.1},
+            },
+        }
+        for m, values in trained.items()
+        for s, v in enumerate(values)
+    ]
 
 
-EXPERIMENT = {"methods": ["pfml", "proxy_anchor", "hist"], "datasets": ["synthetic"],
-              "metrics": ["recall@1", "recall@2"],
-              "report": {"methods": {"pfml": "Potential Field (Ours)", "proxy_anchor": "Proxy Anchor"},
-                         "datasets": {"synthetic": "CUB-200-2011"}}}
+EXPERIMENT = {
+    "methods": ["pfml", "proxy_anchor", "hist"],
+    "datasets": ["synthetic"],
+    "metrics": ["recall@1", "recall@2"],
+    "report": {
+        "methods": {"pfml": "Potential Field (Ours)", "proxy_anchor": "Proxy Anchor"},
+        "datasets": {"synthetic": "CUB-200-2011"},
+    },
+}
 
 
 def _table(tmp_path, untrained):
     aggregated = aggregate_runs(_records(untrained), ["recall@1", "recall@2"])
-    section = build_section("t1", EXPERIMENT, aggregated, [], tmp_path / "s", reported_dir=ROOT / "config" / "reported",
-                            method_configs={})
+    section = build_section(
+        "t1", EXPERIMENT, aggregated, [], tmp_path / "s", reported_dir=ROOT / "config" / "reported", method_configs={}
+    )
     return section, section["table"]
 
 
@@ -45,7 +63,8 @@ def test_one_untrained_row_for_one_starting_network_with_the_gains(tmp_path):
     untrained = table["rows"][0]
     assert untrained["source"] == "untrained"
     assert untrained["cells"][0]["ours"] == pytest.approx(21.0) and untrained["cells"][0]["ours_std"] == pytest.approx(
-        1.4142135, rel=1e-6)  # mean ± sample std of 20, 22 (%)
+        1.4142135, rel=1e-6
+    )  # mean ± sample std of 20, 22 (%)
     pfml = table["rows"][1]["cells"][0]
     assert pfml["ours"] == pytest.approx(42.0) and pfml["gain"] == pytest.approx(21.0)  # 42 − 21 points
     assert table["rows"][3]["cells"][0]["gain"] == pytest.approx(10.0)  # HIST: 31 − 21
@@ -72,4 +91,4 @@ def test_the_report_shows_the_row_and_the_gain(tmp_path):
     render_report([section], [tmp_path / "s"], provenance(ROOT, [], {}), html, ROOT / "reports" / "templates")
     text = html.read_text()
     assert f'<tr class="untrained"><td class="label">{UNTRAINED_LABEL}</td>' in text
-    assert "21.00 ± 1.41" in text and "42.00 ± 2.83 <span class=\"status\">(+21.0 over epoch 0)</span>" in text
+    assert "21.00 ± 1.41" in text and '42.00 ± 2.83 <span class="status">(+21.0 over epoch 0)</span>' in text

@@ -4,7 +4,8 @@ Used by tests/reported/test_reported.py (PFML), tests/reported/test_reported_rsw
 tests/reported/test_reported_asap.py.  Every CSV is read as strings, because the files keep numbers
 exactly as printed (e.g. "31.0", "78.11"), and spot values are compared as strings.
 """
-from functools import lru_cache
+
+from functools import cache
 from pathlib import Path
 
 import pandas as pd
@@ -12,8 +13,20 @@ import pytest
 
 REPORTED = Path(__file__).resolve().parents[2] / "config" / "reported"
 
-COLUMNS = ["table", "block", "method", "citation", "backbone", "embedding_dim",
-           "dataset", "metric", "value", "std", "source", "note"]
+COLUMNS = [
+    "table",
+    "block",
+    "method",
+    "citation",
+    "backbone",
+    "embedding_dim",
+    "dataset",
+    "metric",
+    "value",
+    "std",
+    "source",
+    "note",
+]
 REQUIRED = ["table", "method", "metric", "value", "source"]
 # One row per printed cell: these columns identify it.
 KEY = ["block", "method", "backbone", "embedding_dim", "dataset", "metric"]
@@ -24,7 +37,7 @@ def read(path):
     return pd.read_csv(path, dtype=str, keep_default_na=False)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load(name):
     return read(REPORTED / f"{name}.csv")
 
@@ -77,9 +90,18 @@ def _digits_or_empty(df, col, allowed):
         assert filled.empty, f"{col} given: {list(filled)}"
 
 
-def check_format(path, *, text_metrics=frozenset(), metrics=None, datasets=None,
-                 source_prefix=None, strict_text=False, no_dash=False,
-                 std=True, citation=True):
+def check_format(
+    path,
+    *,
+    text_metrics=frozenset(),
+    metrics=None,
+    datasets=None,
+    source_prefix=None,
+    strict_text=False,
+    no_dash=False,
+    std=True,
+    citation=True,
+):
     """The format rules shared by all reported CSVs, plus the optional per-paper ones.
 
     text_metrics: metrics whose value may be text; every other value must parse as a number.
@@ -139,6 +161,5 @@ def spot_cases(groups):
             assert len(row) == len(keys) + 1, (name, row)
             *located, printed = row
             value, _, std = printed.partition(" ± ")
-            cases.append(pytest.param(name, value, std, dict(zip(keys, located)),
-                                      id="-".join([name, *located, value])))
+            cases.append(pytest.param(name, value, std, dict(zip(keys, located)), id="-".join([name, *located, value])))
     return cases

@@ -6,6 +6,7 @@ copied from the CSVs.  Values are compared as
 strings, because the CSVs keep numbers exactly as printed (e.g. "31.0", "78.11").
 Shared helpers (reading, format rules, cell lookup): tests/reported/reported_csv.py.
 """
+
 import pytest
 
 from .reported_csv import cell, check, check_format, csvs, load, rows, spot_cases
@@ -55,60 +56,95 @@ BDMM = ("block", "dataset", "method", "metric")
 DMM = ("dataset", "method", "metric")
 
 # Spot values read from the paper: key column values, then the cell as printed ("value" or "value ± std").
-SPOTS = spot_cases([
-    ("pfml_table1", BDMM, [
-        (R50, CUB, OURS, "recall@1", "73.4 ± 0.3"),
-        (R50, CARS, OURS, "recall@1", "92.7 ± 0.3"),
-        (R50, CARS, "HIST", "recall@1", "89.6"),
-        (R50, CUB, "CPML (Sec. 3.4)", "recall@1", "68.3"),
-        (IBN, CUB, "MS+DAS", "recall@2", "78.11"),
-        (IBN, "SOP", OURS, "recall@1", "80.6 ± 0.3"),
-        ("DINO (384 dim)", CARS, "DINO", "recall@1", "42.9"),
-        ("ViT (384 dim)", "SOP", OURS, "recall@100", "98.6 ± 0.1"),
-    ]),
-    ("pfml_table2", DMM, [
-        (CARS, "Ours", "recall@1", "84.5 ± 0.5"),
-        (CUB, "Ours", "recall@1", "66.7 ± 0.6"),
-        (CUB, "PA", "recall@1", "60.7"),
-        (CARS, "Triplet", "recall@2", "77.9"),
-    ]),
-    ("pfml_table3", ("method", "metric"), [
-        ("CPML (Sec. 3.4)", "w2", "0.26 ± 0.03"),
-        ("Ours", "w2", "0.16 ± 0.03"),
-        ("S.Triplet", "w2", "0.24 ± 0.04"),
-    ]),
-    ("pfml_supp_table1", DMM, [
-        (CARS, "Ours", "recall@8", "97.1 ± 0.1"),
-        (CUB, "HIST", "recall@1", "62.5"),
-    ]),
-    ("pfml_supp_table2", ("method", "metric"), [
-        ("Ours", "recall@1", "79.5 ± 0.2"),
-        ("HIST", "recall@1000", "98.5"),
-    ]),
-    # Supp Table 3 (MLRC, Cars-196)
-    ("pfml_supp_table3", ("block", "method", "metric"), [
-        (S128, "HIST", "precision@1", "79.3 ± 0.2"),
-        (C512, "Ours", "map@r", "31.0 ± 0.3"),
-        (S128, "Ours", "precision@1", "81.2 ± 0.2"),
-    ]),
-    # Supp Table 4 (MLRC, CUB-200-2011)
-    ("pfml_supp_table4", ("block", "method", "metric"), [
-        (S128, "MultiSimilarity", "precision@1", "57.6 ± 0.2"),
-        (S128, "Ours", "precision@1", "62.4 ± 0.1"),
-        (C512, "Ours", "r_precision", "39.9 ± 0.1"),
-    ]),
-    # Supp Table 5 (hyperparameters)
-    ("pfml_supp_table5", ("dataset", "backbone", "metric"), [
-        ("SOP", "ResNet-50", "bn_freeze", "No"),
-        (CARS, "BN-Inception", "weight_decay", "1e-4"),
-        (CUB, "ResNet-50", "weight_decay", "5e-4"),
-        (CUB, "BN-Inception", "batch_size", "180"),
-        ("SOP", "BN-Inception", "warm_up", "0"),
-    ]),
-])
+SPOTS = spot_cases(
+    [
+        (
+            "pfml_table1",
+            BDMM,
+            [
+                (R50, CUB, OURS, "recall@1", "73.4 ± 0.3"),
+                (R50, CARS, OURS, "recall@1", "92.7 ± 0.3"),
+                (R50, CARS, "HIST", "recall@1", "89.6"),
+                (R50, CUB, "CPML (Sec. 3.4)", "recall@1", "68.3"),
+                (IBN, CUB, "MS+DAS", "recall@2", "78.11"),
+                (IBN, "SOP", OURS, "recall@1", "80.6 ± 0.3"),
+                ("DINO (384 dim)", CARS, "DINO", "recall@1", "42.9"),
+                ("ViT (384 dim)", "SOP", OURS, "recall@100", "98.6 ± 0.1"),
+            ],
+        ),
+        (
+            "pfml_table2",
+            DMM,
+            [
+                (CARS, "Ours", "recall@1", "84.5 ± 0.5"),
+                (CUB, "Ours", "recall@1", "66.7 ± 0.6"),
+                (CUB, "PA", "recall@1", "60.7"),
+                (CARS, "Triplet", "recall@2", "77.9"),
+            ],
+        ),
+        (
+            "pfml_table3",
+            ("method", "metric"),
+            [
+                ("CPML (Sec. 3.4)", "w2", "0.26 ± 0.03"),
+                ("Ours", "w2", "0.16 ± 0.03"),
+                ("S.Triplet", "w2", "0.24 ± 0.04"),
+            ],
+        ),
+        (
+            "pfml_supp_table1",
+            DMM,
+            [
+                (CARS, "Ours", "recall@8", "97.1 ± 0.1"),
+                (CUB, "HIST", "recall@1", "62.5"),
+            ],
+        ),
+        (
+            "pfml_supp_table2",
+            ("method", "metric"),
+            [
+                ("Ours", "recall@1", "79.5 ± 0.2"),
+                ("HIST", "recall@1000", "98.5"),
+            ],
+        ),
+        # Supp Table 3 (MLRC, Cars-196)
+        (
+            "pfml_supp_table3",
+            ("block", "method", "metric"),
+            [
+                (S128, "HIST", "precision@1", "79.3 ± 0.2"),
+                (C512, "Ours", "map@r", "31.0 ± 0.3"),
+                (S128, "Ours", "precision@1", "81.2 ± 0.2"),
+            ],
+        ),
+        # Supp Table 4 (MLRC, CUB-200-2011)
+        (
+            "pfml_supp_table4",
+            ("block", "method", "metric"),
+            [
+                (S128, "MultiSimilarity", "precision@1", "57.6 ± 0.2"),
+                (S128, "Ours", "precision@1", "62.4 ± 0.1"),
+                (C512, "Ours", "r_precision", "39.9 ± 0.1"),
+            ],
+        ),
+        # Supp Table 5 (hyperparameters)
+        (
+            "pfml_supp_table5",
+            ("dataset", "backbone", "metric"),
+            [
+                ("SOP", "ResNet-50", "bn_freeze", "No"),
+                (CARS, "BN-Inception", "weight_decay", "1e-4"),
+                (CUB, "ResNet-50", "weight_decay", "5e-4"),
+                (CUB, "BN-Inception", "batch_size", "180"),
+                ("SOP", "BN-Inception", "warm_up", "0"),
+            ],
+        ),
+    ]
+)
 
 
 # ----------------------------------------------------------------- format
+
 
 def test_all_expected_files_present():
     assert {p.stem for p in csvs("pfml")} == set(EXPECTED_ROWS)
@@ -125,6 +161,7 @@ def test_row_counts(name, n):
 
 
 # ----------------------------------------------------------------- spot checks
+
 
 @pytest.mark.parametrize("name,value,std,where", SPOTS)
 def test_spot(name, value, std, where):
@@ -150,8 +187,7 @@ def test_supp_table2_details():
     assert list(rows(load("pfml_supp_table2"), method="ProxyNCA").value) == ["73.7"]
 
 
-@pytest.mark.parametrize("name,dataset", [("pfml_supp_table3", CARS),
-                                          ("pfml_supp_table4", CUB)])
+@pytest.mark.parametrize("name,dataset", [("pfml_supp_table3", CARS), ("pfml_supp_table4", CUB)])
 def test_mlrc_tables_single_dataset(name, dataset):
     assert (load(name).dataset == dataset).all()
 

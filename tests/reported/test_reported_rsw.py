@@ -5,12 +5,25 @@ Tables I-VIII.  Spot-check values below were read directly from the paper, not c
 the CSVs.  Values are compared as strings,
 because the CSVs keep numbers exactly as printed (e.g. "88.00", "63.0", "0.1").
 """
+
 import pytest
 
 from .reported_csv import cell, check, check_format, csvs, load, rows, spot_cases
 
-METRICS = {"recall@1", "recall@2", "recall@4", "recall@10", "recall@100", "recall@1000",
-           "nmi", "avg_dtp", "accuracy", "map@r", "r_precision", "precision@1"}
+METRICS = {
+    "recall@1",
+    "recall@2",
+    "recall@4",
+    "recall@10",
+    "recall@100",
+    "recall@1000",
+    "nmi",
+    "avg_dtp",
+    "accuracy",
+    "map@r",
+    "r_precision",
+    "precision@1",
+}
 DATASETS = {"CUB-200-2011", "Cars-196", "SOP", "LFW", "CFP-FP", "AgeDB-30", "CALFW", "CPLFW", ""}
 
 # Expected number of rows = number of printed numbers (non-"-" cells) in each table,
@@ -49,80 +62,119 @@ BMDM = ("block", "method", "dataset", "metric")
 BMM = ("block", "method", "metric")
 
 # Spot values read from rsw.txt: key column values, then the cell as printed ("value" or "value ± std").
-SPOTS = spot_cases([
-    ("rsw_table1", BMDM, [
-        ("", "ProxyNCA", CUB, "recall@1", "49.2"),
-        ("", "ProxyNCA", "SOP", "recall@1", "73.7"),
-        ("", "Circle Loss", "SOP", "recall@1000", "98.6"),
-        (SR, "RS@K", CARS, "recall@1", "80.7"),
-        (SR, "Warped-Softmax", CARS, "nmi", "77.0"),
-        (NOVAL, "HIST", CUB, "recall@1", "71.4"),
-        (NOVAL, "Softmax (Eq. 4)", "SOP", "recall@1000", "98.8"),
-        (NOVAL, "Warped-Softmax", CUB, "recall@1", "72.6"),
-        (NOVAL, "Warped-Softmax †", CUB, "recall@1", "72.9"),
-        (NOVAL, "Warped-Softmax †", CARS, "nmi", "79.0"),
-        (NOVAL, "*CCL", CUB, "recall@1", "73.5"),
-    ]),
-    # Proxy-Anchor appears twice in Table I (I512 and R512)
-    ("rsw_table1", ("method", "backbone", "dataset", "metric"), [
-        ("Proxy-Anchor", "ResNet-50", CUB, "recall@1", "69.7"),
-        ("Proxy-Anchor", "BN-Inception", CUB, "recall@1", "68.4"),
-    ]),
-    ("rsw_table2", ("dataset", "metric"), [
-        (CUB, "recall@2", "81.5 ± 0.17"),
-        (CARS, "nmi", "77.0 ± 0.32"),
-        ("SOP", "recall@1000", "99.0 ± 0.02"),
-        ("SOP", "recall@1", "81.6 ± 0.09"),
-    ]),
-    ("rsw_table3", ("method", "metric"), [
-        ("V0", "avg_dtp", "13.40"),
-        ("V1", "recall@1", "63.2"),
-        ("V3", "avg_dtp", "6.48"),
-        ("V4", "avg_dtp", "17.20"),
-        ("V6", "nmi", "26.3"),
-        ("V8", "avg_dtp", "2.18"),
-        ("W1", "recall@1", "18.6"),
-        ("W3", "recall@1", "64.6"),
-        ("W3", "avg_dtp", "7.76"),
-    ]),
-    ("rsw_table4", BMM, [
-        ("Uncorrupted", "Regular Softmax", "recall@1", "69.4"),
-        ("Dropping Pixels: Cutout", "HIST", "recall@1", "64.5"),
-        ("Geometric Distortions: Jigsaw", "ProxyNCA++", "recall@1", "45.7"),
-        ("Additive Noise: Salt and Pepper", "ProxyNCA++", "recall@1", "33.8"),
-        ("Blur: Defocus Blur", "Warped Softmax", "recall@1", "47.6"),
-    ]),
-    ("rsw_table5", ("method", "dataset", "metric"), [
-        ("Softmax (cos)", "CPLFW", "accuracy", "88.00"),
-        ("Warped-Softmax", "CFP-FP", "accuracy", "98.66"),
-        ("CosFace", "AgeDB-30", "accuracy", "98.32"),
-        ("Softmax (Eq. 4)", "LFW", "accuracy", "99.55"),
-    ]),
-    # Table VI (CUB)
-    ("rsw_table6", BMM, [
-        (CO, "Contrastive", "precision@1", "63.0 ± 0.63"),
-        (AG, "Warped-Softmax", "precision@1", "62.4 ± 0.26"),
-        (EN, "HIST", "r_precision", "37.44 ± 0.30"),
-        (CO, "CosFace", "map@r", "26.89 ± 0.22"),
-    ]),
-    # Table VII (Cars)
-    ("rsw_table7", BMM, [
-        (CO, "Multi-Sim.", "map@r", "15.01 ± 0.35"),
-        (AG, "CosFace", "r_precision", "32.5 ± 0.22"),
-        (EN, "PrAnchor", "map@r", "30.0 ± 0.27"),
-        (CO, "Warped-Softmax", "precision@1", "87.79 ± 0.74"),
-    ]),
-    # Table VIII (SOP)
-    ("rsw_table8", BMM, [
-        (CO, "PrAnchor", "precision@1", "58.75 ± 16.08"),
-        (AG, "Arcface", "map@r", "41.93 ± 0.02"),
-        (AG, "Warped-Sotmax", "map@r", "44.1 ± 0.16"),
-        (AG, "PrNCA++", "precision@1", "72.52 ± 0.1"),
-    ]),
-])
+SPOTS = spot_cases(
+    [
+        (
+            "rsw_table1",
+            BMDM,
+            [
+                ("", "ProxyNCA", CUB, "recall@1", "49.2"),
+                ("", "ProxyNCA", "SOP", "recall@1", "73.7"),
+                ("", "Circle Loss", "SOP", "recall@1000", "98.6"),
+                (SR, "RS@K", CARS, "recall@1", "80.7"),
+                (SR, "Warped-Softmax", CARS, "nmi", "77.0"),
+                (NOVAL, "HIST", CUB, "recall@1", "71.4"),
+                (NOVAL, "Softmax (Eq. 4)", "SOP", "recall@1000", "98.8"),
+                (NOVAL, "Warped-Softmax", CUB, "recall@1", "72.6"),
+                (NOVAL, "Warped-Softmax †", CUB, "recall@1", "72.9"),
+                (NOVAL, "Warped-Softmax †", CARS, "nmi", "79.0"),
+                (NOVAL, "*CCL", CUB, "recall@1", "73.5"),
+            ],
+        ),
+        # Proxy-Anchor appears twice in Table I (I512 and R512)
+        (
+            "rsw_table1",
+            ("method", "backbone", "dataset", "metric"),
+            [
+                ("Proxy-Anchor", "ResNet-50", CUB, "recall@1", "69.7"),
+                ("Proxy-Anchor", "BN-Inception", CUB, "recall@1", "68.4"),
+            ],
+        ),
+        (
+            "rsw_table2",
+            ("dataset", "metric"),
+            [
+                (CUB, "recall@2", "81.5 ± 0.17"),
+                (CARS, "nmi", "77.0 ± 0.32"),
+                ("SOP", "recall@1000", "99.0 ± 0.02"),
+                ("SOP", "recall@1", "81.6 ± 0.09"),
+            ],
+        ),
+        (
+            "rsw_table3",
+            ("method", "metric"),
+            [
+                ("V0", "avg_dtp", "13.40"),
+                ("V1", "recall@1", "63.2"),
+                ("V3", "avg_dtp", "6.48"),
+                ("V4", "avg_dtp", "17.20"),
+                ("V6", "nmi", "26.3"),
+                ("V8", "avg_dtp", "2.18"),
+                ("W1", "recall@1", "18.6"),
+                ("W3", "recall@1", "64.6"),
+                ("W3", "avg_dtp", "7.76"),
+            ],
+        ),
+        (
+            "rsw_table4",
+            BMM,
+            [
+                ("Uncorrupted", "Regular Softmax", "recall@1", "69.4"),
+                ("Dropping Pixels: Cutout", "HIST", "recall@1", "64.5"),
+                ("Geometric Distortions: Jigsaw", "ProxyNCA++", "recall@1", "45.7"),
+                ("Additive Noise: Salt and Pepper", "ProxyNCA++", "recall@1", "33.8"),
+                ("Blur: Defocus Blur", "Warped Softmax", "recall@1", "47.6"),
+            ],
+        ),
+        (
+            "rsw_table5",
+            ("method", "dataset", "metric"),
+            [
+                ("Softmax (cos)", "CPLFW", "accuracy", "88.00"),
+                ("Warped-Softmax", "CFP-FP", "accuracy", "98.66"),
+                ("CosFace", "AgeDB-30", "accuracy", "98.32"),
+                ("Softmax (Eq. 4)", "LFW", "accuracy", "99.55"),
+            ],
+        ),
+        # Table VI (CUB)
+        (
+            "rsw_table6",
+            BMM,
+            [
+                (CO, "Contrastive", "precision@1", "63.0 ± 0.63"),
+                (AG, "Warped-Softmax", "precision@1", "62.4 ± 0.26"),
+                (EN, "HIST", "r_precision", "37.44 ± 0.30"),
+                (CO, "CosFace", "map@r", "26.89 ± 0.22"),
+            ],
+        ),
+        # Table VII (Cars)
+        (
+            "rsw_table7",
+            BMM,
+            [
+                (CO, "Multi-Sim.", "map@r", "15.01 ± 0.35"),
+                (AG, "CosFace", "r_precision", "32.5 ± 0.22"),
+                (EN, "PrAnchor", "map@r", "30.0 ± 0.27"),
+                (CO, "Warped-Softmax", "precision@1", "87.79 ± 0.74"),
+            ],
+        ),
+        # Table VIII (SOP)
+        (
+            "rsw_table8",
+            BMM,
+            [
+                (CO, "PrAnchor", "precision@1", "58.75 ± 16.08"),
+                (AG, "Arcface", "map@r", "41.93 ± 0.02"),
+                (AG, "Warped-Sotmax", "map@r", "44.1 ± 0.16"),
+                (AG, "PrNCA++", "precision@1", "72.52 ± 0.1"),
+            ],
+        ),
+    ]
+)
 
 
 # ----------------------------------------------------------------- format
+
 
 def test_all_expected_files_present():
     assert {p.stem for p in csvs("rsw")} == set(EXPECTED_ROWS)
@@ -130,8 +182,14 @@ def test_all_expected_files_present():
 
 @pytest.mark.parametrize("path", csvs("rsw"), ids=lambda p: p.name)
 def test_format(path):
-    check_format(path, metrics=METRICS, datasets=DATASETS, source_prefix="Realigned Softmax Warping for Deep Metric Learning (arXiv:2408.15656), Table ",
-                 strict_text=True, no_dash=True)
+    check_format(
+        path,
+        metrics=METRICS,
+        datasets=DATASETS,
+        source_prefix="Realigned Softmax Warping for Deep Metric Learning (arXiv:2408.15656), Table ",
+        strict_text=True,
+        no_dash=True,
+    )
 
 
 @pytest.mark.parametrize("name,n", sorted(EXPECTED_ROWS.items()))
@@ -147,6 +205,7 @@ def test_percent_values_in_range():
 
 
 # ----------------------------------------------------------------- spot checks (from rsw.txt)
+
 
 @pytest.mark.parametrize("name,value,std,where", SPOTS)
 def test_spot(name, value, std, where):
@@ -179,8 +238,7 @@ def test_table2_means_equal_table1_validation_row():
 
 def test_table3_details():
     df = load("rsw_table3")
-    assert sorted(set(df.method)) == ["V0", "V1", "V2", "V3", "V4", "V5", "V6", "V7", "V8",
-                                      "W1", "W2", "W3"]
+    assert sorted(set(df.method)) == ["V0", "V1", "V2", "V3", "V4", "V5", "V6", "V7", "V8", "W1", "W2", "W3"]
     assert set(df[df.method.str.startswith("W")].block) == {"Eq. 7 Warp Comparisons f1(t1)-t2"}
     assert (df.dataset == CUB).all()
 
@@ -204,9 +262,10 @@ def test_table5_citations():
     assert cell(df, method="Arcface", dataset="LFW").citation == "5"
 
 
-@pytest.mark.parametrize("name,dataset,backbone", [("rsw_table6", CUB, "ResNet-50"),
-                                                   ("rsw_table7", CARS, None),
-                                                   ("rsw_table8", "SOP", "BN-Inception")])
+@pytest.mark.parametrize(
+    "name,dataset,backbone",
+    [("rsw_table6", CUB, "ResNet-50"), ("rsw_table7", CARS, None), ("rsw_table8", "SOP", "BN-Inception")],
+)
 def test_mlrc_tables_single_dataset(name, dataset, backbone):
     df = load(name)
     assert (df.dataset == dataset).all()
@@ -221,8 +280,11 @@ def test_table6_aggregate_dim():
 def test_appendix_text_claim_24_of_27():
     """App. D: Warped-Softmax surpasses ProxyNCA++ in 24 of 27 categories."""
     wins = total = 0
-    for name, ours in [("rsw_table6", "Warped-Softmax"), ("rsw_table7", "Warped-Softmax"),
-                       ("rsw_table8", "Warped-Sotmax")]:
+    for name, ours in [
+        ("rsw_table6", "Warped-Softmax"),
+        ("rsw_table7", "Warped-Softmax"),
+        ("rsw_table8", "Warped-Sotmax"),
+    ]:
         df = load(name)
         a = rows(df, method=ours).set_index(["block", "metric"]).value.astype(float)
         b = rows(df, method="PrNCA++").set_index(["block", "metric"]).value.astype(float)

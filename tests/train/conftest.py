@@ -38,10 +38,20 @@ def synth_root(tmp_path_factory) -> Path:
 def tiny_config(root: Path, **overrides) -> dict:
     """A run of a few seconds: digits at 32 px, a 3-layer CNN, 3 epochs x 4 steps of 32 images."""
     cfg = {
-        "dataset": {"name": "digits", "root": str(root), "image_size": 32, "resize": 32, "train_crop": "random",
-                    "batch_size": 32, "eval_batch_size": 512},
-        "model": {"backbone": "tiny_cnn", "backbone_kwargs": {"widths": [16, 32, 32], "strides": [2, 2, 2]},
-                  "embedding_size": 16},
+        "dataset": {
+            "name": "digits",
+            "root": str(root),
+            "image_size": 32,
+            "resize": 32,
+            "train_crop": "random",
+            "batch_size": 32,
+            "eval_batch_size": 512,
+        },
+        "model": {
+            "backbone": "tiny_cnn",
+            "backbone_kwargs": {"widths": [16, 32, 32], "strides": [2, 2, 2]},
+            "embedding_size": 16,
+        },
         "loss": {"name": "pfml", "hparams": {"proxies_per_class": 2}},
         "optimizer": {"name": "adam", "lr": 1e-3, "lr_mult": {"loss": 100}},
         "epochs": 3,
@@ -69,12 +79,24 @@ def tiny(data_root):
     return lambda **overrides: tiny_config(data_root, **overrides)
 
 
-def run_cli(args: list[str], env_extra: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_cli(
+    args: list[str], env_extra: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """``python -m dmlrepro.train.cli ARGS`` in a fresh process (1 thread)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env_extra or {})}
-    for k in ("DMLREPRO_TEST_KILL_AFTER_STEPS", "DMLREPRO_TEST_SIGNAL_AFTER_STEPS", "DMLREPRO_TEST_KILL_IN_CHECKPOINT",
-              "DMLREPRO_TEST_SIGNAL"):
+    for k in (
+        "DMLREPRO_TEST_KILL_AFTER_STEPS",
+        "DMLREPRO_TEST_SIGNAL_AFTER_STEPS",
+        "DMLREPRO_TEST_KILL_IN_CHECKPOINT",
+        "DMLREPRO_TEST_SIGNAL",
+    ):
         if k not in (env_extra or {}):
             env.pop(k, None)
-    return subprocess.run([sys.executable, "-m", "dmlrepro.train.cli", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "dmlrepro.train.cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

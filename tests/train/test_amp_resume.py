@@ -24,9 +24,9 @@ FP16 = dict(amp={"enabled": True, "dtype": "float16"}, loss={"name": "proxy_anch
 
 def _trainer(cfg, outdir):
     from dmlrepro.train.config import resolve_run_config
-    from dmlrepro.train.run_data import SeededDataset
     from dmlrepro.train.engine import _stored_yaml, _Trainer
     from dmlrepro.train.preemption import StopFlag
+    from dmlrepro.train.run_data import SeededDataset
     from dmlrepro.train.runtime import resolve_runtime
 
     c = resolve_runtime(resolve_run_config(cfg), torch.device("cpu"))
@@ -101,8 +101,10 @@ def test_fp16_run_resumes_bit_for_bit_after_usr2(data_root, tmp_path):
     conf = _write(tmp_path, tiny_config(data_root, **FP16))
     ref, out = tmp_path / "ref", tmp_path / "run"
     assert run_cli(["train", conf, str(ref), "--no-progress"]).returncode == 0
-    r = run_cli(["train", conf, str(out), "--no-progress"],
-                {"DMLREPRO_TEST_SIGNAL_AFTER_STEPS": "6", "DMLREPRO_TEST_SIGNAL": "USR2"})
+    r = run_cli(
+        ["train", conf, str(out), "--no-progress"],
+        {"DMLREPRO_TEST_SIGNAL_AFTER_STEPS": "6", "DMLREPRO_TEST_SIGNAL": "USR2"},
+    )
     assert r.returncode == EXIT_INTERRUPTED and "SIGUSR2" in r.stderr, r.stderr
     state = read_checkpoint(list_checkpoints(out / "checkpoints")[-1])
     assert state["amp_dtype"] == "float16" and 0 < state["scaler"]["scale"] < 2.0**16  # backed off at least once
@@ -161,5 +163,8 @@ def test_speed_options_run_and_are_restored(data_root, tmp_path):
     assert res["status"] == "completed"
     used = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert {k: used["speed"][k] for k in speed} == speed and used["deterministic"] is False
-    assert (torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32,
-            torch.backends.cudnn.allow_tf32) == before
+    assert (
+        torch.backends.cudnn.benchmark,
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+    ) == before

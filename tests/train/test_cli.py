@@ -25,8 +25,15 @@ def test_train_and_evaluate_cli(tiny, tmp_path, capsys):
     out = tmp_path / "run"
     conf = _write(tmp_path, tiny(eval={"every": 2, "nmi": True}))
     assert train_main([conf, str(out), "--no-progress", "--set", "optimizer.lr=2e-3"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == [".lock", "checkpoints", "config.yaml", "embeddings_test.npz",
-                                                     "final_proxies.npz", "metrics.json", "train_log.csv"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".lock",
+        "checkpoints",
+        "config.yaml",
+        "embeddings_test.npz",
+        "final_proxies.npz",
+        "metrics.json",
+        "train_log.csv",
+    ]
     resolved = yaml.safe_load((out / "config.yaml").read_text())
     assert resolved["optimizer"]["lr"] == 2e-3 and resolved["optimizer"]["name"] == "adam"  # --set + defaults
     m = json.loads((out / "metrics.json").read_text())

@@ -65,8 +65,13 @@ def test_errors_name_the_key(partial, key):
 
 
 def test_followup_attribute_of_rsw_accepted():
-    cfg = resolve_run_config({"loss": {"name": "rsw", "hparams": {"alpha": 28.4, "k1": 0.93, "k2": 1.15}},
-                              "epochs": 5, "followup": {"epochs": 2, "loss": {"alpha": 24.68, "k1": 0.95}, "lr": 1e-3}})
+    cfg = resolve_run_config(
+        {
+            "loss": {"name": "rsw", "hparams": {"alpha": 28.4, "k1": 0.93, "k2": 1.15}},
+            "epochs": 5,
+            "followup": {"epochs": 2, "loss": {"alpha": 24.68, "k1": 0.95}, "lr": 1e-3},
+        }
+    )
     assert cfg["followup"]["loss"] == {"alpha": 24.68, "k1": 0.95}
 
 

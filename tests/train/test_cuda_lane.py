@@ -67,8 +67,14 @@ def test_resumes_bit_for_bit_after_sigkill_and_sigterm(lane_device, data_root, t
 
 
 def test_fp16_with_scaler_and_clipping_resumes_after_a_signal(lane_device, data_root, tmp_path):
-    cfg = tiny_config(data_root, device=lane_device, deterministic=True, amp={"enabled": True, "dtype": "float16"},
-                      loss={"name": "proxy_anchor"}, grad_clip={"value": 1.0})
+    cfg = tiny_config(
+        data_root,
+        device=lane_device,
+        deterministic=True,
+        amp={"enabled": True, "dtype": "float16"},
+        loss={"name": "proxy_anchor"},
+        grad_clip={"value": 1.0},
+    )
     conf, ref, out = _conf(tmp_path, cfg), tmp_path / "ref", tmp_path / "run"
     assert _train(conf, ref) == 0
     assert _train(conf, out, DMLREPRO_TEST_SIGNAL_AFTER_STEPS=6, DMLREPRO_TEST_SIGNAL="USR2") == EXIT_INTERRUPTED
@@ -79,8 +85,9 @@ def test_fp16_with_scaler_and_clipping_resumes_after_a_signal(lane_device, data_
 
 
 def test_bf16_training_evaluates_in_float32_on_every_device(lane_device, data_root, tmp_path):
-    cfg = tiny_config(data_root, device=lane_device, amp={"enabled": True, "dtype": "bfloat16"},
-                      loss={"name": "proxy_anchor"})
+    cfg = tiny_config(
+        data_root, device=lane_device, amp={"enabled": True, "dtype": "bfloat16"}, loss={"name": "proxy_anchor"}
+    )
     out = tmp_path / "run"
     assert _train(_conf(tmp_path, cfg), out) == 0
     record = json.loads((out / "metrics.json").read_text())
@@ -98,8 +105,10 @@ def test_bf16_training_evaluates_in_float32_on_every_device(lane_device, data_ro
     on_cpu = json.loads((out / "metrics.json").read_text())["metrics"]
     emb_diff = float(np.abs(np.load(out / "embeddings_test.npz")["embeddings"] - trained).max())
     metric_diff = {k: abs(on_cpu[k] - record["metrics"][k]) for k in record["metrics"]}
-    _lane_record("evaluation_cpu_vs_device", {"device": lane_device, "max_abs_embedding_difference": emb_diff,
-                                              "metric_differences": metric_diff})
+    _lane_record(
+        "evaluation_cpu_vs_device",
+        {"device": lane_device, "max_abs_embedding_difference": emb_diff, "metric_differences": metric_diff},
+    )
     assert emb_diff <= EMBEDDING_ATOL and max(metric_diff.values()) <= METRIC_ATOL, (emb_diff, metric_diff)
 
 

@@ -15,9 +15,13 @@ from dmlrepro.train.cli import train_main
 
 def _exploding(tiny):
     # epoch 1 trains normally at lr 1e-3; the step schedule multiplies the lr by 1e30 from epoch 2
-    return tiny(loss={"name": "rsw", "hparams": {"alpha": 10.0, "k1": 0.5, "k2": 1.0}}, model__l2_normalize=False,
-                optimizer={"name": "sgd", "lr": 1e-3}, schedule={"name": "step", "step": 1, "gamma": 1e30},
-                eval={"distance": "euclidean"})
+    return tiny(
+        loss={"name": "rsw", "hparams": {"alpha": 10.0, "k1": 0.5, "k2": 1.0}},
+        model__l2_normalize=False,
+        optimizer={"name": "sgd", "lr": 1e-3},
+        schedule={"name": "step", "step": 1, "gamma": 1e30},
+        eval={"distance": "euclidean"},
+    )
 
 
 @pytest.mark.slow

@@ -31,14 +31,32 @@ PATIENCE, MIN_DELTA = 3, 1e-3
 
 def plateau_config(root, **overrides) -> dict:
     cfg = {
-        "dataset": {"name": "synthetic", "root": str(root), "params": dict(SYNTH), "sampler": "m_per_class", "m": 4,
-                    "batch_size": 32, "image_size": 32, "resize": 32, "train_crop": "random", "eval_batch_size": 512},
-        "model": {"backbone": "tiny_cnn", "backbone_kwargs": {"widths": [16, 32, 32], "strides": [2, 2, 2]},
-                  "embedding_size": 16},
+        "dataset": {
+            "name": "synthetic",
+            "root": str(root),
+            "params": dict(SYNTH),
+            "sampler": "m_per_class",
+            "m": 4,
+            "batch_size": 32,
+            "image_size": 32,
+            "resize": 32,
+            "train_crop": "random",
+            "eval_batch_size": 512,
+        },
+        "model": {
+            "backbone": "tiny_cnn",
+            "backbone_kwargs": {"widths": [16, 32, 32], "strides": [2, 2, 2]},
+            "embedding_size": 16,
+        },
         "loss": {"name": "contrastive", "hparams": {"pos_margin": 0.0, "neg_margin": MARGIN}},
         "optimizer": {"name": "adam", "lr": LR},
-        "followup": {"epochs": 0, "lr": FOLLOWUP_LR, "lr_mult": {"head": HEAD_MULT},
-                     "loss": {"neg_margin": FOLLOWUP_MARGIN}, "trigger": "plateau"},
+        "followup": {
+            "epochs": 0,
+            "lr": FOLLOWUP_LR,
+            "lr_mult": {"head": HEAD_MULT},
+            "loss": {"neg_margin": FOLLOWUP_MARGIN},
+            "trigger": "plateau",
+        },
         "validation": {"split": "fold", "fold": 1, "n_folds": 4, "patience": PATIENCE, "min_delta": MIN_DELTA},
         "eval": {"select": "last", "every": 0, "before_training": False},
         "checkpoint": {"keep": 100},
@@ -124,9 +142,13 @@ def test_phase_2_starts_after_patience_runs_out_and_the_run_stops_after_patience
     assert m["validation"]["early_stopped"] is True and m["validation"]["evaluations"] == stop
     # the log: the switching evaluation is no stop, the last one is; one record per phase
     assert [e["stop"] for e in log["evaluations"]] == [False] * (stop - 1) + [True]
-    assert [e.get("restart") for e in log["evaluations"]] == [None] * (switch - 1) + ["followup"] + [None] * (stop - switch)
+    assert [e.get("restart") for e in log["evaluations"]] == [None] * (switch - 1) + ["followup"] + [None] * (
+        stop - switch
+    )
     assert [(p["start_step"], p["end_step"], p["end_reason"]) for p in log["projections"]] == [
-        (0, E * switch, "followup"), (E * switch, E * stop, "early_stop")]
+        (0, E * switch, "followup"),
+        (E * switch, E * stop, "early_stop"),
+    ]
     # the global best spans both phases
     assert m["validation"]["best"] == best and m["validation"]["best_step"] == E * improved[-1]
     last = read_checkpoint(list_checkpoints(out / "checkpoints")[-1])["position"]
@@ -155,8 +177,9 @@ def test_group_lrs_is_a_pure_function_of_the_switch_epoch(synth_root):
     assert [group_lrs(cfg, e, 4) for e in range(1, 11)] == [phase1] * 3 + [phase2] * 7
     assert [in_followup(cfg, e, 7) for e in range(1, 11)] == [False] * 6 + [True] * 4
     # the epochs trigger ignores the switch epoch: the last followup.epochs epochs
-    fixed = resolve_run_config(plateau_config(synth_root, epochs=10, followup__trigger="epochs", followup__epochs=2,
-                                              validation__patience=None))
+    fixed = resolve_run_config(
+        plateau_config(synth_root, epochs=10, followup__trigger="epochs", followup__epochs=2, validation__patience=None)
+    )
     assert [in_followup(fixed, e, 3) for e in range(1, 11)] == [False] * 8 + [True] * 2
     assert group_lrs(fixed, 8, 3) == phase1 and group_lrs(fixed, 9) == phase2
 
@@ -223,29 +246,41 @@ def test_interrupted_plateau_run_resumes_to_the_same_result(plateau_run, synth_r
 
 
 # -- config -----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("overrides, key, match", [
-    (dict(validation={"split": None}), "followup.trigger", "validation.split"),
-    (dict(validation__patience=None), "followup.trigger", "validation.patience"),
-    (dict(followup__trigger="plateaus"), "followup.trigger", "one of"),
-    (dict(followup__epochs=30), "followup.epochs", "cap on phase 2"),
-    (dict(followup__epochs=-1), "followup.epochs", ">= 0"),
-])
+@pytest.mark.parametrize(
+    "overrides, key, match",
+    [
+        (dict(validation={"split": None}), "followup.trigger", "validation.split"),
+        (dict(validation__patience=None), "followup.trigger", "validation.patience"),
+        (dict(followup__trigger="plateaus"), "followup.trigger", "one of"),
+        (dict(followup__epochs=30), "followup.epochs", "cap on phase 2"),
+        (dict(followup__epochs=-1), "followup.epochs", ">= 0"),
+    ],
+)
 def test_config_errors_name_the_key(tmp_path, overrides, key, match):
     with pytest.raises(ConfigError, match=rf"{key.replace('.', chr(92) + '.')} = .*{match}"):
         resolve_run_config(plateau_config(tmp_path, **overrides))
 
 
 def test_plateau_with_asap_is_refused(tmp_path):
-    cfg = plateau_config(tmp_path, loss={"name": "asap_c2", "hparams": {"proxies_per_class": 2}},
-                         followup={"trigger": "plateau", "loss": {}}, asap={"enabled": True})
+    cfg = plateau_config(
+        tmp_path,
+        loss={"name": "asap_c2", "hparams": {"proxies_per_class": 2}},
+        followup={"trigger": "plateau", "loss": {}},
+        asap={"enabled": True},
+    )
     with pytest.raises(ConfigError, match=r"followup\.trigger = 'plateau'.*asap\.enabled"):
         resolve_run_config(cfg)
 
 
 def test_followup_loss_needs_no_epochs_with_plateau(tmp_path):
     cfg = resolve_run_config(plateau_config(tmp_path))
-    assert cfg["followup"] == {"epochs": 0, "loss": {"neg_margin": FOLLOWUP_MARGIN}, "lr": FOLLOWUP_LR,
-                               "lr_mult": {"head": HEAD_MULT}, "trigger": "plateau"}
+    assert cfg["followup"] == {
+        "epochs": 0,
+        "loss": {"neg_margin": FOLLOWUP_MARGIN},
+        "lr": FOLLOWUP_LR,
+        "lr_mult": {"head": HEAD_MULT},
+        "trigger": "plateau",
+    }
     with pytest.raises(ConfigError, match=r"followup\.epochs = 0.*followup\.loss"):
         resolve_run_config(plateau_config(tmp_path, followup__trigger="epochs"))
 
@@ -254,18 +289,21 @@ def test_the_default_trigger_leaves_run_ids_unchanged(tmp_path):
     from dmlrepro.runs import config_hash
     from dmlrepro.train.config import config_identity, without_late_defaults
 
-    fixed = plateau_config(tmp_path, followup={"epochs": 3, "lr": 0.005, "lr_mult": {"head": 0.5},
-                                               "loss": {"neg_margin": 0.3}},
-                           optimizer={"name": "adam", "lr": 0.05, "lr_mult": {"loss": 10.0}},
-                           validation__patience=2, validation__min_delta=0.01, epochs=20)
+    fixed = plateau_config(
+        tmp_path,
+        followup={"epochs": 3, "lr": 0.005, "lr_mult": {"head": 0.5}, "loss": {"neg_margin": 0.3}},
+        optimizer={"name": "adam", "lr": 0.05, "lr_mult": {"loss": 10.0}},
+        validation__patience=2,
+        validation__min_delta=0.01,
+        epochs=20,
+    )
     fixed.pop("checkpoint")
     resolved = resolve_run_config(fixed)
     assert resolved["followup"]["trigger"] == "epochs"
     # computed before followup.trigger existed, when `deterministic: true` was still part of a run's
     # identity (it is a runtime key now: every run id changed with it, and only with it) and
     # `amp.enabled` defaulted to `auto` (every run id changed with its default, docs/readings/protocols.md#proto-r9)
-    identity = {**config_identity(resolved), "deterministic": True,
-                "amp": {**resolved["amp"], "enabled": "auto"}}
+    identity = {**config_identity(resolved), "deterministic": True, "amp": {**resolved["amp"], "enabled": "auto"}}
     old = hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":"), default=str).encode())
     assert old.hexdigest()[:10] == "542c956e6f"
     assert config_hash(resolved) == "19958bde24"  # the id since amp.enabled defaults to false

@@ -20,9 +20,14 @@ HIST = {"name": "hist", "hparams": {"tau": 16.0, "alpha": 1.1, "hgnn_hidden": 32
 
 
 def hist_config(tiny, **overrides):
-    return tiny(loss=HIST, model__preset="hist", model__l2_normalize=False,
-                optimizer={"name": "sgd", "lr": 0.01, "momentum": 0.0, "lr_mult": {"backbone": 2.0, "loss": 100.0}},
-                schedule={"name": "step", "step": 2, "gamma": 0.5}, **overrides)
+    return tiny(
+        loss=HIST,
+        model__preset="hist",
+        model__l2_normalize=False,
+        optimizer={"name": "sgd", "lr": 0.01, "momentum": 0.0, "lr_mult": {"backbone": 2.0, "loss": 100.0}},
+        schedule={"name": "step", "step": 2, "gamma": 0.5},
+        **overrides,
+    )
 
 
 def test_hgnn_group_follows_the_backbone_lr_times_the_factor(tiny, tmp_path):
@@ -34,8 +39,12 @@ def test_hgnn_group_follows_the_backbone_lr_times_the_factor(tiny, tmp_path):
     assert {id(p) for p in groups["loss"]["params"]} == {id(t.loss.means), id(t.loss.log_vars)}
     for epoch, factor in [(1, 1.0), (2, 1.0), (3, 0.5)]:
         lrs = t._apply_epoch_settings(epoch)
-        assert lrs == {"backbone": 0.02 * factor, "head": 0.01 * factor, "loss": 1.0 * factor,
-                       "loss.hgnn": 0.02 * 5.0 * factor}
+        assert lrs == {
+            "backbone": 0.02 * factor,
+            "head": 0.01 * factor,
+            "loss": 1.0 * factor,
+            "loss.hgnn": 0.02 * 5.0 * factor,
+        }
     t._apply_epoch_settings(1)
     t.model.train()
     t.loss.train()

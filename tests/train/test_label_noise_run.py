@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dmlrepro.train import ConfigError, resolve_run_config, train_run
 from dmlrepro.data.label_noise import label_noise_path
-from dmlrepro.train.run_data import build_datasets, open_manifest
+from dmlrepro.train import ConfigError, resolve_run_config, train_run
 from dmlrepro.train.model_and_loss import build_run_model
+from dmlrepro.train.run_data import build_datasets, open_manifest
 
 
 def train_set(cfg):
@@ -28,7 +28,9 @@ def test_a_fifth_of_the_training_labels_change_and_never_to_the_true_one(tiny):
 
 def test_every_method_sees_the_same_noise_and_another_seed_differs(tiny):
     _, pfml = train_set(tiny(dataset__label_noise={"rate": 0.2, "seed": 1}))
-    _, anchor = train_set(tiny(dataset__label_noise={"rate": 0.2, "seed": 1}, loss={"name": "proxy_anchor", "hparams": {}}))
+    _, anchor = train_set(
+        tiny(dataset__label_noise={"rate": 0.2, "seed": 1}, loss={"name": "proxy_anchor", "hparams": {}})
+    )
     _, other = train_set(tiny(dataset__label_noise={"rate": 0.2, "seed": 2}))
     assert np.array_equal(pfml.labels, anchor.labels)
     assert not np.array_equal(pfml.labels, other.labels)
@@ -36,13 +38,21 @@ def test_every_method_sees_the_same_noise_and_another_seed_differs(tiny):
 
 @pytest.mark.slow
 def test_a_noisy_run_trains(tiny, tmp_path):
-    assert train_run(tiny(dataset__label_noise={"rate": 0.2, "seed": 1}), tmp_path / "run", progress=False)["status"] == "completed"
+    assert (
+        train_run(tiny(dataset__label_noise={"rate": 0.2, "seed": 1}), tmp_path / "run", progress=False)["status"]
+        == "completed"
+    )
 
 
-@pytest.mark.parametrize("noise,extra,key", [
-    ({"rate": 1.5}, {}, "dataset.label_noise.rate"), ({"mode": "some"}, {}, "dataset.label_noise.mode"),
-    ({"ratio": 0.2}, {}, "dataset.label_noise"), ({"rate": 0.2}, {"dataset__label_noise_file": "x.csv"}, "dataset.label_noise"),
-])
+@pytest.mark.parametrize(
+    "noise,extra,key",
+    [
+        ({"rate": 1.5}, {}, "dataset.label_noise.rate"),
+        ({"mode": "some"}, {}, "dataset.label_noise.mode"),
+        ({"ratio": 0.2}, {}, "dataset.label_noise"),
+        ({"rate": 0.2}, {"dataset__label_noise_file": "x.csv"}, "dataset.label_noise"),
+    ],
+)
 def test_bad_noise_settings_name_the_key(tiny, noise, extra, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         resolve_run_config(tiny(dataset__label_noise=noise, **extra))

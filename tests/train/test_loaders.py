@@ -64,10 +64,17 @@ def _model():
     from dmlrepro.train.model_and_loss import build_run_model
 
     torch.manual_seed(0)
-    cfg = resolve_run_config({"dataset": {"name": "digits"}, "loss": {"name": "pfml"},
-                              "model": {"backbone": "tiny_cnn", "backbone_kwargs": {"widths": [8, 8, 8],
-                                                                                    "strides": [2, 2, 2]},
-                                        "embedding_size": 8}})
+    cfg = resolve_run_config(
+        {
+            "dataset": {"name": "digits"},
+            "loss": {"name": "pfml"},
+            "model": {
+                "backbone": "tiny_cnn",
+                "backbone_kwargs": {"widths": [8, 8, 8], "strides": [2, 2, 2]},
+                "embedding_size": 8,
+            },
+        }
+    )
     return build_run_model(cfg)
 
 
@@ -81,15 +88,16 @@ def _digits(data_root, train: bool, cache: bool = False):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_embedder_equals_a_plain_loop(data_root, workers):
-    from dmlrepro.train.run_data import SeededDataset
     from dmlrepro.train.embedder import Embedder
+    from dmlrepro.train.run_data import SeededDataset
 
     model = _model().eval()
     ds = _digits(data_root, train=False)
     emb = Embedder(model, torch.device("cpu"), batch_size=100, num_workers=workers)
     with torch.no_grad():
-        ref = torch.cat([model(torch.stack([ds[i][0] for i in range(s, min(s + 100, len(ds)))]))
-                         for s in range(0, len(ds), 100)])
+        ref = torch.cat(
+            [model(torch.stack([ds[i][0] for i in range(s, min(s + 100, len(ds)))])) for s in range(0, len(ds), 100)]
+        )
     for _ in range(2):  # a second pass reuses the persistent loader
         got, labels, rows = emb.embed(ds)
         assert np.array_equal(got, ref.numpy()) and np.array_equal(labels, ds.labels)
@@ -100,7 +108,7 @@ def test_embedder_equals_a_plain_loop(data_root, workers):
     items = SeededDataset(aug)
     with torch.no_grad():
         xs = torch.stack([items[(int(i), 1000 + k)][0] for k, i in enumerate(idx)])
-        ref = torch.cat([model(xs[s:s + 100]) for s in range(0, len(xs), 100)])
+        ref = torch.cat([model(xs[s : s + 100]) for s in range(0, len(xs), 100)])
     assert torch.equal(emb.embed_seeded(aug, idx, 1000), ref)
     emb.close()
 
@@ -127,15 +135,16 @@ def test_embedder_stops_on_the_flag(data_root):
 def test_shared_cache_is_filled_by_workers_and_holds_the_decoded_bytes(data_root, monkeypatch):
     from dmlrepro.data.dataset import load_image
     from dmlrepro.train import imagecache
-    from dmlrepro.train.run_data import SeededDataset
     from dmlrepro.train.imagecache import share_image_cache
+    from dmlrepro.train.run_data import SeededDataset
 
     monkeypatch.setattr(imagecache, "read_decoded", lambda _root: {})  # as without images decoded at preparation
     ds, plain = _digits(data_root, train=True, cache=True), _digits(data_root, train=True)
     cache = share_image_cache([ds], budget_mb=64, say=lambda _m: None)
     assert cache is not None and not int(cache.filled.sum())
-    loader = torch.utils.data.DataLoader(SeededDataset(ds), batch_size=None, num_workers=2,
-                                         sampler=[(i, 7 + i) for i in range(len(ds))])
+    loader = torch.utils.data.DataLoader(
+        SeededDataset(ds), batch_size=None, num_workers=2, sampler=[(i, 7 + i) for i in range(len(ds))]
+    )
     got = [x for x, _, _ in loader]
     assert int(cache.filled.sum()) == len(ds)  # written by the workers, seen here
     for i in (0, 17, len(ds) - 1):
@@ -189,14 +198,12 @@ def reference(tmp_path_factory, data_root):
 
 
 @pytest.mark.slow
-def test_workers_cache_and_a_signal_during_evaluation_resume_bit_identical(reference, data_root, tmp_path,
-                                                                          monkeypatch):
+def test_workers_cache_and_a_signal_during_evaluation_resume_bit_identical(reference, data_root, tmp_path, monkeypatch):
     """Persistent workers + the shared cache, SIGTERM during epoch 2's test evaluation: exit with
     a checkpoint at the end of epoch 2's training; the resumed run equals the reference."""
     from .conftest import tiny_config
 
-    cfg = tiny_config(data_root, dataset__hflip=0.5, dataset__cache_images=True, num_workers=2,
-                      checkpoint={"keep": 10})
+    cfg = tiny_config(data_root, dataset__hflip=0.5, dataset__cache_images=True, num_workers=2, checkpoint={"keep": 10})
     out = tmp_path / "run"
     with monkeypatch.context() as mp:
         _signal_on_call(mp, "embed", 3)  # epoch 0, epoch 1, then epoch 2's test split
@@ -213,8 +220,11 @@ def test_checkpoint_overhead_zero_writes_only_the_last(reference, data_root, tmp
     from .conftest import tiny_config
 
     out = tmp_path / "run"
-    train_run(tiny_config(data_root, dataset__hflip=0.5, speed={"checkpoint_overhead": 0}, checkpoint={"keep": 10}),
-              out, progress=False)
+    train_run(
+        tiny_config(data_root, dataset__hflip=0.5, speed={"checkpoint_overhead": 0}, checkpoint={"keep": 10}),
+        out,
+        progress=False,
+    )
     assert [p.name for p in list_checkpoints(out / "checkpoints")] == [checkpoint_name(4, 0)]
     _assert_same_run(reference, out)
 
@@ -252,8 +262,13 @@ def test_signal_during_an_asap_pool_embedding_resumes_bit_identical(synth_root, 
     assert torch.equal(a["loss"]["proxies"], b["loss"]["proxies"])
 
     def strip(d):
-        return {k: strip(v) for k, v in d.items() if not k.endswith("seconds")} if isinstance(d, dict) else \
-            [strip(x) for x in d] if isinstance(d, list) else d
+        return (
+            {k: strip(v) for k, v in d.items() if not k.endswith("seconds")}
+            if isinstance(d, dict)
+            else [strip(x) for x in d]
+            if isinstance(d, list)
+            else d
+        )
 
     la, lb = (json.loads((d / "validation_log.json").read_text()) for d in (ref, out))
     assert strip(la) == strip(lb)
@@ -318,7 +333,9 @@ def test_shared_cache_starts_from_the_images_decoded_at_preparation(tmp_path, mo
     assert int(cache.filled.sum()) == len(ds)
     assert all(torch.equal(ds._image(i), plain[i]) for i in range(len(ds)))
     stored = read_decoded(ds.root)
-    monkeypatch.setattr(imagecache, "read_decoded", lambda _root: {**stored, ds.paths[0]: stored[ds.paths[0]].reshape(3, 20, 12)})
+    monkeypatch.setattr(
+        imagecache, "read_decoded", lambda _root: {**stored, ds.paths[0]: stored[ds.paths[0]].reshape(3, 20, 12)}
+    )
     fresh = dataset.ManifestDataset(ds.root, cache_images=True)
     again = imagecache.share_image_cache([fresh], budget_mb=64, say=lambda _m: None)
     assert not again.filled[0] and int(again.filled.sum()) == len(ds) - 1

@@ -61,7 +61,10 @@ def test_groups_get_lr_times_multiplier_in_an_sgd_step(tiny, tmp_path):
 def test_schedules_match_torch_schedulers():
     for sched, make in [
         ({"name": "step", "step": 2, "gamma": 0.3}, lambda o: torch.optim.lr_scheduler.StepLR(o, 2, 0.3)),
-        ({"name": "cosine", "min_lr_ratio": 0.1}, lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, 7, eta_min=0.1 * 0.02)),
+        (
+            {"name": "cosine", "min_lr_ratio": 0.1},
+            lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, 7, eta_min=0.1 * 0.02),
+        ),
     ]:
         cfg = resolve_run_config({"optimizer": {"lr": 0.02, "lr_mult": {"loss": 10}}, "epochs": 7, "schedule": sched})
         opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.02)
@@ -76,10 +79,17 @@ def test_schedules_match_torch_schedulers():
 
 @pytest.mark.slow
 def test_followup_switches_loss_attributes_and_lrs(tiny, tmp_path):
-    cfg = tiny(loss={"name": "rsw", "hparams": {"alpha": 28.4, "k1": 0.93, "k2": 1.15, "scale": 4.5}},
-               model__l2_normalize=False, optimizer={"name": "adam", "lr": 0.01, "eps": 1.0, "lr_mult": {"loss": 100}},
-               followup={"epochs": 1, "loss": {"alpha": 24.68, "k1": 0.95, "k2": 1.2, "scale": 1.0}, "lr": 0.001,
-                         "lr_mult": {"loss": 0.5}})
+    cfg = tiny(
+        loss={"name": "rsw", "hparams": {"alpha": 28.4, "k1": 0.93, "k2": 1.15, "scale": 4.5}},
+        model__l2_normalize=False,
+        optimizer={"name": "adam", "lr": 0.01, "eps": 1.0, "lr_mult": {"loss": 100}},
+        followup={
+            "epochs": 1,
+            "loss": {"alpha": 24.68, "k1": 0.95, "k2": 1.2, "scale": 1.0},
+            "lr": 0.001,
+            "lr_mult": {"loss": 0.5},
+        },
+    )
     t = _trainer(cfg, tmp_path)
     assert t.optimizer.defaults["eps"] == 1.0
     lrs2 = t._apply_epoch_settings(2)
@@ -99,7 +109,9 @@ def test_followup_switches_loss_attributes_and_lrs(tiny, tmp_path):
 
 
 def test_grad_clip_by_value_only_on_chosen_groups(tiny, tmp_path):
-    t = _trainer(tiny(optimizer={"name": "sgd", "lr": 1.0}, grad_clip={"value": 1e-5, "groups": ["backbone", "head"]}), tmp_path)
+    t = _trainer(
+        tiny(optimizer={"name": "sgd", "lr": 1.0}, grad_clip={"value": 1e-5, "groups": ["backbone", "head"]}), tmp_path
+    )
     t._apply_epoch_settings(1)
     t.model.train()
     assert t._step(*_first_batch(t)) is None
@@ -109,7 +121,7 @@ def test_grad_clip_by_value_only_on_chosen_groups(tiny, tmp_path):
 
 
 def _backbone_state(state):
-    return {k[len("backbone."):]: v for k, v in state["model"].items() if k.startswith("backbone.")}
+    return {k[len("backbone.") :]: v for k, v in state["model"].items() if k.startswith("backbone.")}
 
 
 def _initial_model(cfg):
@@ -125,7 +137,7 @@ def test_warmup_freezes_backbone_and_bn_freeze_keeps_running_stats(tiny, tmp_pat
     cfg = tiny(**common, bn_freeze={"running_stats": True, "affine": True, "unfreeze_affine_after_warmup": True})
     train_run(cfg, tmp_path / "frozen", progress=False)
     init = _initial_model(cfg).state_dict()
-    init_bb = {k[len("backbone."):]: v for k, v in init.items() if k.startswith("backbone.")}
+    init_bb = {k[len("backbone.") :]: v for k, v in init.items() if k.startswith("backbone.")}
     e1 = read_checkpoint(tmp_path / "frozen" / "checkpoints" / checkpoint_name(2, 0))
     e2 = read_checkpoint(tmp_path / "frozen" / "checkpoints" / checkpoint_name(3, 0))
     for k, v in _backbone_state(e1).items():  # whole backbone unchanged after the warm-up epoch

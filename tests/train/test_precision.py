@@ -72,8 +72,10 @@ def test_float32_inference_turns_tf32_off_and_restores_it():
         matmul.allow_tf32, cudnn.allow_tf32 = before
 
 
-@pytest.mark.parametrize("enabled, device, expected", [
-    ("auto", "cpu", None), ("auto", "cuda", torch.bfloat16), (True, "cpu", torch.bfloat16), (False, "cuda", None)])
+@pytest.mark.parametrize(
+    "enabled, device, expected",
+    [("auto", "cpu", None), ("auto", "cuda", torch.bfloat16), (True, "cpu", torch.bfloat16), (False, "cuda", None)],
+)
 def test_training_autocasts_where_amp_says(enabled, device, expected):
     cfg = {"amp": {"enabled": enabled, "dtype": "bfloat16"}}
     assert training_amp_dtype(cfg, torch.device(device)) == expected

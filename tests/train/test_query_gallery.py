@@ -38,8 +38,14 @@ def brute_force_recall(query, query_labels, gallery, gallery_labels, k):
 
 @pytest.mark.slow
 def test_query_gallery_metrics_match_brute_force_and_survive_re_evaluation(tiny, inshop_like_root, tmp_path):
-    cfg = tiny(dataset__name="inshop", dataset__root=str(inshop_like_root), dataset__test_split="query",
-               dataset__gallery_split="gallery", eval__every=0, eval__before_training=False)
+    cfg = tiny(
+        dataset__name="inshop",
+        dataset__root=str(inshop_like_root),
+        dataset__test_split="query",
+        dataset__gallery_split="gallery",
+        eval__every=0,
+        eval__before_training=False,
+    )
     record = train_run(cfg, tmp_path / "run", progress=False)
     assert record["status"] == "completed" and record["gallery_file"] == "embeddings_gallery.npz"
     query = load_embeddings(tmp_path / "run" / "embeddings_test.npz")

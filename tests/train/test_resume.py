@@ -25,8 +25,14 @@ pytestmark = pytest.mark.slow
 
 # 3 epochs x 4 steps; m-per-class sampler, augmentation, warm-up, a step schedule and the
 # per-epoch test evaluation are all on, so that each of them has to resume correctly.
-OVERRIDES = dict(dataset__sampler="m_per_class", dataset__m=8, dataset__hflip=0.5, warmup_epochs=1,
-                 schedule={"name": "step", "step": 2, "gamma": 0.5}, checkpoint={"keep": 2})
+OVERRIDES = dict(
+    dataset__sampler="m_per_class",
+    dataset__m=8,
+    dataset__hflip=0.5,
+    warmup_epochs=1,
+    schedule={"name": "step", "step": 2, "gamma": 0.5},
+    checkpoint={"keep": 2},
+)
 
 
 def _write_config(tmp_path, cfg) -> str:
@@ -64,7 +70,7 @@ def _assert_identical(ref_dir, run_dir):
     la = [r.split(",") for r in (ref_dir / "train_log.csv").read_text().splitlines()]
     lb = [r.split(",") for r in (run_dir / "train_log.csv").read_text().splitlines()]
     sec = la[0].index("seconds")
-    assert [r[:sec] + r[sec + 1:] for r in la] == [r[:sec] + r[sec + 1:] for r in lb]
+    assert [r[:sec] + r[sec + 1 :] for r in la] == [r[:sec] + r[sec + 1 :] for r in lb]
 
 
 def _reference_run(tmp, cfg):

@@ -15,16 +15,21 @@ import yaml
 
 from dmlrepro.train import ConfigError, RunInterrupted, resolve_run_config, train_run
 from dmlrepro.train.checkpoint import checkpoint_name, list_checkpoints, read_checkpoint
+from dmlrepro.train.model_and_loss import build_run_loss, build_run_model
 from dmlrepro.train.run_data import build_train_eval, open_manifest
 from dmlrepro.train.run_evaluation import compute_embeddings
-from dmlrepro.train.model_and_loss import build_run_loss, build_run_model
 
 from .conftest import run_cli
 
 
 def _rsw(tiny, **overrides):
-    return tiny(loss__name="rsw", loss__hparams={"alpha": 2.0, "k1": 0.5, "k2": 1.5}, model__l2_normalize=False,
-                eval__distance="euclidean", **overrides)
+    return tiny(
+        loss__name="rsw",
+        loss__hparams={"alpha": 2.0, "k1": 0.5, "k2": 1.5},
+        model__l2_normalize=False,
+        eval__distance="euclidean",
+        **overrides,
+    )
 
 
 def _model_and_loss(cfg, state):
@@ -38,8 +43,9 @@ def _model_and_loss(cfg, state):
 
 @pytest.mark.slow
 def test_avg_dtp_per_epoch_equals_a_literal_loop_at_every_checkpoint(tiny, tmp_path):
-    cfg = _rsw(tiny, eval__every=1, eval__proxy_metrics=["avg_dtp"], eval__proxy_metrics_per_epoch=True,
-               checkpoint__keep=10)
+    cfg = _rsw(
+        tiny, eval__every=1, eval__proxy_metrics=["avg_dtp"], eval__proxy_metrics_per_epoch=True, checkpoint__keep=10
+    )
     record = train_run(cfg, tmp_path / "run", progress=False)
     log = pd.read_csv(tmp_path / "run" / "train_log.csv")
     assert list(log["epoch"]) == [0, 1, 2, 3] and log["avg_dtp"].notna().all()
@@ -58,8 +64,9 @@ def test_avg_dtp_per_epoch_equals_a_literal_loop_at_every_checkpoint(tiny, tmp_p
         for c in range(len(classes)):  # eq. 9 as printed: (1/C) Σ_c (1/|P_c|) Σ_{e∈P_c} ‖e − p_c‖
             dists = [float(np.sqrt(((e.astype(np.float64) - proxies[c]) ** 2).sum())) for e in emb[y == c]]
             per_class.append(sum(dists) / len(dists))
-        assert log.loc[log["epoch"] == epoch, "avg_dtp"].item() == pytest.approx(sum(per_class) / len(per_class),
-                                                                                  rel=1e-5)
+        assert log.loc[log["epoch"] == epoch, "avg_dtp"].item() == pytest.approx(
+            sum(per_class) / len(per_class), rel=1e-5
+        )
         checked += 1
     assert checked == 3
 
@@ -71,11 +78,15 @@ def test_per_epoch_proxy_metrics_resume_bit_for_bit(tiny, tmp_path):
     conf.write_text(yaml.safe_dump(cfg))
     ref, out = tmp_path / "ref", tmp_path / "out"
     assert run_cli(["train", str(conf), str(ref), "--no-progress"]).returncode == 0
-    assert run_cli(["train", str(conf), str(out), "--no-progress"], {"DMLREPRO_TEST_SIGNAL_AFTER_STEPS": "6"}).returncode == 75
+    assert (
+        run_cli(["train", str(conf), str(out), "--no-progress"], {"DMLREPRO_TEST_SIGNAL_AFTER_STEPS": "6"}).returncode
+        == 75
+    )
     assert run_cli(["train", str(conf), str(out), "--no-progress"]).returncode == 0
     drop = ["seconds"]
-    pd.testing.assert_frame_equal(pd.read_csv(ref / "train_log.csv").drop(columns=drop),
-                                  pd.read_csv(out / "train_log.csv").drop(columns=drop))
+    pd.testing.assert_frame_equal(
+        pd.read_csv(ref / "train_log.csv").drop(columns=drop), pd.read_csv(out / "train_log.csv").drop(columns=drop)
+    )
     a, b = (json.loads((d / "metrics.json").read_text()) for d in (ref, out))
     assert a["metrics"] == b["metrics"] and a["proxy_metrics"] == b["proxy_metrics"]
 
@@ -94,12 +105,21 @@ def test_corruption_metrics_equal_a_direct_evaluation(tiny, tmp_path):
     model.eval()
     d = rcfg["dataset"]
     for name, severity, key in (("gaussian", 3, "gaussian_3"), ("cutout", None, "cutout")):
-        transform = build_transform(False, d["image_size"], resize=d["resize"], normalization="imagenet",
-                                    corruption=build_corruption(name, severity=severity, seed=0))
+        transform = build_transform(
+            False,
+            d["image_size"],
+            resize=d["resize"],
+            normalization="imagenet",
+            corruption=build_corruption(name, severity=severity, seed=0),
+        )
         ds = ManifestDataset(open_manifest(d), split="test", transform=transform)
         with torch.no_grad():
-            emb = np.concatenate([model(torch.stack([ds[i][0] for i in range(j, min(j + 128, len(ds)))])).numpy()
-                                  for j in range(0, len(ds), 128)]).astype(np.float64)
+            emb = np.concatenate(
+                [
+                    model(torch.stack([ds[i][0] for i in range(j, min(j + 128, len(ds)))])).numpy()
+                    for j in range(0, len(ds), 128)
+                ]
+            ).astype(np.float64)
         labels = np.asarray([ds[i][1] for i in range(len(ds))])
         dist = np.sqrt(((emb[:, None] - emb[None]) ** 2).sum(-1))  # brute force, the query left out
         np.fill_diagonal(dist, np.inf)
@@ -108,15 +128,17 @@ def test_corruption_metrics_equal_a_direct_evaluation(tiny, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_signal_during_the_corruption_evaluation_stops_after_the_batch_and_the_rerun_finishes(tiny, tmp_path,
-                                                                                             monkeypatch):
+def test_a_signal_during_the_corruption_evaluation_stops_after_the_batch_and_the_rerun_finishes(
+    tiny, tmp_path, monkeypatch
+):
     """SIGTERM as the final model starts embedding the first corrupted test set: the pass stops after
     its batch, the run exits (RunInterrupted: exit 75) with the final checkpoint and no metrics.json,
     before the next corruption; the rerun finishes with an uninterrupted run's metrics."""
     import dmlrepro.train.run_evaluation as run_evaluation  # where corruption_metrics looks it up
 
-    cfg = _rsw(tiny, eval__corruptions=[{"name": "gaussian", "severity": 3}, {"name": "cutout"}],
-               dataset__eval_batch_size=64)
+    cfg = _rsw(
+        tiny, eval__corruptions=[{"name": "gaussian", "severity": 3}, {"name": "cutout"}], dataset__eval_batch_size=64
+    )
     reference = train_run(cfg, tmp_path / "ref", progress=False)
     out, built, orig = tmp_path / "run", [], run_evaluation.build_test_corrupted
 
@@ -136,12 +158,15 @@ def test_a_signal_during_the_corruption_evaluation_stops_after_the_batch_and_the
     assert record["corruption_metrics"] == reference["corruption_metrics"] and record["metrics"] == reference["metrics"]
 
 
-@pytest.mark.parametrize("overrides,message", [
-    ({"eval__corruptions": [{"name": "fog"}]}, "eval.corruptions"),
-    ({"eval__corruptions": [{"name": "gaussian", "severity": 7}]}, "severity"),
-    ({"eval__corruptions": [{"name": "gaussian"}], "eval__select": "best_test"}, "eval.corruptions"),
-    ({"eval__proxy_metrics_per_epoch": True}, "proxy_metrics_per_epoch"),
-])
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        ({"eval__corruptions": [{"name": "fog"}]}, "eval.corruptions"),
+        ({"eval__corruptions": [{"name": "gaussian", "severity": 7}]}, "severity"),
+        ({"eval__corruptions": [{"name": "gaussian"}], "eval__select": "best_test"}, "eval.corruptions"),
+        ({"eval__proxy_metrics_per_epoch": True}, "proxy_metrics_per_epoch"),
+    ],
+)
 def test_bad_rsw_eval_keys_are_rejected(tiny, overrides, message):
     with pytest.raises(ConfigError, match=message):
         resolve_run_config(_rsw(tiny, **overrides))

@@ -37,14 +37,18 @@ def _resolved(tmp_path, **overrides):
     return resolve_run_config(tiny_config(tmp_path, **overrides))
 
 
-@pytest.mark.parametrize("affinity, slurm, threads, workers, torch_threads", [
-    (8, None, None, 7, 1),   # all CPUs of the process but the trainer's own
-    (64, "8", None, 7, 1),   # a cluster that does not bind CPUs: the allocation's count caps the mask
-    (8, None, 4, 3, 1),      # threads (the workflow's job CPUs) is the budget
-    (1, None, None, 0, 1),   # a single CPU: loading in the main process
-])
+@pytest.mark.parametrize(
+    "affinity, slurm, threads, workers, torch_threads",
+    [
+        (8, None, None, 7, 1),  # all CPUs of the process but the trainer's own
+        (64, "8", None, 7, 1),  # a cluster that does not bind CPUs: the allocation's count caps the mask
+        (8, None, 4, 3, 1),  # threads (the workflow's job CPUs) is the budget
+        (1, None, None, 0, 1),  # a single CPU: loading in the main process
+    ],
+)
 def test_num_workers_auto_is_the_cpus_of_the_process_less_the_trainer(
-        tmp_path, cpus, monkeypatch, affinity, slurm, threads, workers, torch_threads):
+    tmp_path, cpus, monkeypatch, affinity, slurm, threads, workers, torch_threads
+):
     cpus(affinity)
     if slurm:
         monkeypatch.setenv("SLURM_CPUS_PER_TASK", slurm)
@@ -69,15 +73,28 @@ def test_deterministic_auto_is_on_for_the_cpu_and_off_on_cuda(tmp_path):
 
 def test_runtime_keys_are_not_part_of_the_run_id(tmp_path):
     base = _resolved(tmp_path)
-    fast = _resolved(tmp_path, num_workers="auto", threads=8, deterministic=False,
-                     speed={"cudnn_benchmark": True, "channels_last": True, "tf32": True, "sync_every": 50})
+    fast = _resolved(
+        tmp_path,
+        num_workers="auto",
+        threads=8,
+        deterministic=False,
+        speed={"cudnn_benchmark": True, "channels_last": True, "tf32": True, "sync_every": 50},
+    )
     assert config_identity(base) == config_identity(fast)
     assert run_id_for("m", "d", base) == run_id_for("m", "d", fast)
     assert run_id_for("m", "d", base) != run_id_for("m", "d", _resolved(tmp_path, seed=4))
 
 
-@pytest.mark.parametrize("key, value", [("num_workers", "8"), ("num_workers", -1), ("deterministic", "yes"),
-                                        ("speed", {"sync_every": 0}), ("speed", {"tf32": "on"})])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("num_workers", "8"),
+        ("num_workers", -1),
+        ("deterministic", "yes"),
+        ("speed", {"sync_every": 0}),
+        ("speed", {"tf32": "on"}),
+    ],
+)
 def test_bad_runtime_values_name_the_key(tmp_path, key, value):
     from dmlrepro.train.config import ConfigError
 
@@ -99,6 +116,7 @@ def test_all_finite_matches_a_per_tensor_check():
 
 
 # -- signals ------------------------------------------------------------------------------------
+
 
 def test_usr2_sets_the_stop_flag():
     with StopFlag() as stop:
@@ -133,6 +151,7 @@ def test_launch_job_hands_usr2_to_submitits_requeue(monkeypatch, tmp_path):
     def interrupted(signum):
         def train_run(config, outdir, progress):
             raise RunInterrupted(signum, tmp_path / "ckpt")
+
         return train_run
 
     seen = []
@@ -155,11 +174,13 @@ def test_launch_job_hands_usr2_to_submitits_requeue(monkeypatch, tmp_path):
 
 # -- the run lock where flock is unsupported -----------------------------------------------------
 
+
 def _no_flock(monkeypatch, code=errno.ENOLCK):
     import fcntl
 
     def flock(fd, op):
         raise OSError(code, os.strerror(code))
+
     monkeypatch.setattr(fcntl, "flock", flock)
 
 
@@ -200,6 +221,7 @@ def test_other_flock_errors_are_not_hidden(monkeypatch, tmp_path):
 
 
 # -- resume on another machine -------------------------------------------------------------------
+
 
 def test_cuda_rng_states_of_more_gpus_than_visible(monkeypatch, capsys):
     from dmlrepro.train.seeding import restore_cuda_rng

@@ -19,7 +19,14 @@ import pytest
 import torch
 import yaml
 
-from dmlrepro.train import EXIT_INTERRUPTED, ConfigError, list_checkpoints, read_checkpoint, resolve_run_config, train_run
+from dmlrepro.train import (
+    EXIT_INTERRUPTED,
+    ConfigError,
+    list_checkpoints,
+    read_checkpoint,
+    resolve_run_config,
+    train_run,
+)
 from dmlrepro.train.checkpoint import checkpoint_name
 
 from .conftest import SYNTH, run_cli, with_overrides
@@ -29,10 +36,24 @@ E = 3  # steps per epoch = steps per evaluation
 
 def asap_config(root, **overrides) -> dict:
     cfg = {
-        "dataset": {"name": "synthetic", "root": str(root), "params": dict(SYNTH), "sampler": "m_per_class", "m": 4,
-                    "batch_size": 32, "image_size": 32, "resize": 32, "train_crop": "random", "eval_batch_size": 512},
-        "model": {"backbone": "tiny_cnn", "backbone_kwargs": {"widths": [16, 32, 32], "strides": [2, 2, 2]},
-                  "embedding_size": 16, "l2_normalize": False},
+        "dataset": {
+            "name": "synthetic",
+            "root": str(root),
+            "params": dict(SYNTH),
+            "sampler": "m_per_class",
+            "m": 4,
+            "batch_size": 32,
+            "image_size": 32,
+            "resize": 32,
+            "train_crop": "random",
+            "eval_batch_size": 512,
+        },
+        "model": {
+            "backbone": "tiny_cnn",
+            "backbone_kwargs": {"widths": [16, 32, 32], "strides": [2, 2, 2]},
+            "embedding_size": 16,
+            "l2_normalize": False,
+        },
         "loss": {"name": "asap_c2", "hparams": {"proxies_per_class": 2, "pos_margin": 0.0, "neg_margin": 0.3841}},
         "optimizer": {"name": "adam", "lr": 1e-3, "weight_decay": 1e-4},
         "validation": {"split": "fold", "fold": 1, "n_folds": 4, "patience": 12, "min_delta": 1e-3},
@@ -75,8 +96,8 @@ def asap_run(synth_root, tmp_path_factory):
 @pytest.mark.parametrize("fold", [0, 3])
 def test_fold_training_is_class_disjoint(synth_root, scheme, fold):
     from dmlrepro.data.splits import kfold_class_splits, split_indices
-    from dmlrepro.train.run_data import build_datasets, build_validation, open_manifest
     from dmlrepro.train.model_and_loss import build_run_loss, build_run_model
+    from dmlrepro.train.run_data import build_datasets, build_validation, open_manifest
 
     cfg = resolve_run_config(asap_config(synth_root, validation__scheme=scheme, validation__fold=fold))
     manifest = open_manifest(cfg["dataset"])
@@ -126,9 +147,11 @@ def capture_trainer(monkeypatch) -> dict:
 def test_engine_trains_on_fold_classes_only(synth_root, tmp_path, monkeypatch):
     """The engine's own datasets and loss (captured from a 1-epoch run), and the labels it trains on."""
     from dmlrepro.data.splits import kfold_class_splits
+
     seen = capture_trainer(monkeypatch)
-    train_run(asap_config(synth_root, epochs=1, validation__scheme="mlrc", validation__fold=2), tmp_path / "r",
-              progress=False)
+    train_run(
+        asap_config(synth_root, epochs=1, validation__scheme="mlrc", validation__fold=2), tmp_path / "r", progress=False
+    )
     t = seen["t"]
     classes = np.unique(t.manifest.labels[t.manifest.indices("train")])
     tr_cls, va_cls = kfold_class_splits(classes, 4, "mlrc")[2]
@@ -157,9 +180,16 @@ def _expected_stop(values: list[float], patience: int, min_delta: float) -> tupl
 @pytest.mark.slow
 def test_early_stopping_after_patience_evaluations(synth_root, tmp_path):
     patience, min_delta = 2, 0.01
-    cfg = asap_config(synth_root, loss={"name": "pair_c2", "hparams": {"pos_margin": 0.0, "neg_margin": 0.3841}},
-                      asap={"enabled": False}, optimizer={"name": "adam", "lr": 0.05},
-                      validation__patience=patience, validation__min_delta=min_delta, eval__select="last", epochs=20)
+    cfg = asap_config(
+        synth_root,
+        loss={"name": "pair_c2", "hparams": {"pos_margin": 0.0, "neg_margin": 0.3841}},
+        asap={"enabled": False},
+        optimizer={"name": "adam", "lr": 0.05},
+        validation__patience=patience,
+        validation__min_delta=min_delta,
+        eval__select="last",
+        epochs=20,
+    )
     out = tmp_path / "run"
     m = train_run(cfg, out, progress=False)
     log = json.loads((out / "validation_log.json").read_text())
@@ -188,8 +218,8 @@ def test_early_stopping_after_patience_evaluations(synth_root, tmp_path):
 def test_best_val_selects_and_embeds_the_best_validation_model(asap_run):
     from dmlrepro.evaluation.embeddings_io import load_embeddings
     from dmlrepro.train import compute_embeddings
-    from dmlrepro.train.run_data import build_datasets, open_manifest
     from dmlrepro.train.model_and_loss import build_run_model
+    from dmlrepro.train.run_data import build_datasets, open_manifest
 
     cfg, out, m, log = asap_run
     values = [e["map_r"] for e in log["evaluations"]]
@@ -289,8 +319,8 @@ def test_last_projection_val_embeddings_saved_when_epoch_cap_ends_run(asap_run):
 def test_projection_val_embeddings_are_those_of_the_best_in_projection_model(asap_run):
     from dmlrepro.evaluation.embeddings_io import load_embeddings
     from dmlrepro.train import compute_embeddings
-    from dmlrepro.train.run_data import build_validation, open_manifest
     from dmlrepro.train.model_and_loss import build_run_model
+    from dmlrepro.train.run_data import build_validation, open_manifest
 
     cfg, out, m, log = asap_run
     rc = resolve_run_config(cfg)
@@ -445,21 +475,26 @@ def test_interrupted_asap_run_resumes_bit_for_bit(synth_root, tmp_path):
 
 
 # -- 7. config errors -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("overrides, key", [
-    (dict(loss={"name": "proxy_anchor", "hparams": {}}), "asap.enabled"),
-    (dict(loss={"name": "pair_c2", "hparams": {}}), "asap.enabled"),
-    (dict(validation={"split": None}, eval__select="last"), "asap.enabled"),
-    (dict(validation={"split": None}, asap={"enabled": False}), "eval.select"),
-    (dict(validation__fold=4), "validation.fold"),
-    (dict(validation__fold=5, validation__n_folds=5), "validation.fold"),
-    (dict(validation__split="kfold"), "validation.split"),
-    (dict(validation__scheme="random"), "validation.scheme"),
-    (dict(asap__anchor="mean"), "asap.anchor"),
-    (dict(asap__projection_patience=0), "asap.projection_patience"),
-    (dict(eval__select="best_test"), "eval.select"),
-    (dict(validation={"split": None, "patience": 3}, asap={"enabled": False}, eval__select="last"),
-     "validation.patience"),
-])
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (dict(loss={"name": "proxy_anchor", "hparams": {}}), "asap.enabled"),
+        (dict(loss={"name": "pair_c2", "hparams": {}}), "asap.enabled"),
+        (dict(validation={"split": None}, eval__select="last"), "asap.enabled"),
+        (dict(validation={"split": None}, asap={"enabled": False}), "eval.select"),
+        (dict(validation__fold=4), "validation.fold"),
+        (dict(validation__fold=5, validation__n_folds=5), "validation.fold"),
+        (dict(validation__split="kfold"), "validation.split"),
+        (dict(validation__scheme="random"), "validation.scheme"),
+        (dict(asap__anchor="mean"), "asap.anchor"),
+        (dict(asap__projection_patience=0), "asap.projection_patience"),
+        (dict(eval__select="best_test"), "eval.select"),
+        (
+            dict(validation={"split": None, "patience": 3}, asap={"enabled": False}, eval__select="last"),
+            "validation.patience",
+        ),
+    ],
+)
 def test_config_errors_name_the_key(tmp_path, overrides, key):
     cfg = asap_config(tmp_path, **overrides)
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
@@ -474,7 +509,6 @@ def test_valid_fold_is_accepted(tmp_path):
 # -- 8. identity ------------------------------------------------------------------------------------------
 def test_run_identity_unchanged_without_validation_or_asap(tmp_path):
     from dmlrepro.runs import config_hash
-    from dmlrepro.train.config import config_identity
     from dmlrepro.train.config import LATE_DEFAULTS, config_identity, without_late_defaults
 
     plain = asap_config(tmp_path, loss={"name": "proxy_anchor", "hparams": {}})
@@ -514,4 +548,6 @@ def test_asap_proxies_are_proxy_points_in_their_normalised_space():
     loss.set_proxies(torch.tensor([[3.0, 0, 0, 0], [0.5, 0, 0, 0]]).repeat(3, 1))
     points, labels = proxy_points(loss)
     assert labels.tolist() == [0, 0, 1, 1, 2, 2]
-    assert torch.allclose(points[0], torch.tensor([1.0, 0, 0, 0])) and torch.allclose(points[1], torch.tensor([0.5, 0, 0, 0]))
+    assert torch.allclose(points[0], torch.tensor([1.0, 0, 0, 0])) and torch.allclose(
+        points[1], torch.tensor([0.5, 0, 0, 0])
+    )

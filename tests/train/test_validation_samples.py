@@ -20,8 +20,8 @@ def samples_config(root, **overrides) -> dict:
 
 
 def test_samples_split_trains_and_validates_every_class_on_disjoint_images(synth_root):
-    from dmlrepro.train.run_data import build_datasets, build_validation, open_manifest
     from dmlrepro.train.model_and_loss import build_run_model
+    from dmlrepro.train.run_data import build_datasets, build_validation, open_manifest
 
     cfg = resolve_run_config(samples_config(synth_root))
     manifest = open_manifest(cfg["dataset"])
@@ -34,7 +34,7 @@ def test_samples_split_trains_and_validates_every_class_on_disjoint_images(synth
     expected_val = []
     for c in classes:
         rows = [int(r) for r in train_rows if manifest.labels[r] == c]
-        expected_val += rows[len(rows) - round(len(rows) * 0.25):]
+        expected_val += rows[len(rows) - round(len(rows) * 0.25) :]
     assert sorted(val.rows.tolist()) == sorted(expected_val)
     assert sorted(train.rows.tolist()) == sorted(set(train_rows.tolist()) - set(expected_val))
     assert np.array_equal(np.unique(train.labels), classes) and np.array_equal(np.unique(val.labels), classes)

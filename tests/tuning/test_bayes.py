@@ -12,29 +12,39 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dmlrepro.tuning import bayes
-from dmlrepro.tuning import cli as tune_cli
+from dmlrepro.tuning import bayes, cli as tune_cli
 from dmlrepro.tuning.bayes import (
     SearchError,
     best_validation_value,
     load_trials,
-    parse_space,
     params_hash,
+    parse_space,
     posterior_surface,
     run_search,
 )
 
 LAM, P = "asap.lam", "loss.hparams.proxies_per_class"
-SPACE = {LAM: {"type": "float", "low": 1e-6, "high": 1.0, "log": True, "zero": True},
-         P: {"type": "int", "low": 1, "high": 12}}
+SPACE = {
+    LAM: {"type": "float", "low": 1e-6, "high": 1.0, "log": True, "zero": True},
+    P: {"type": "int", "low": 1, "high": 12},
+}
 # C2-ASAP as in config/config.yaml (never trained by the fake; checked by resolve_run_config)
-BASE = {"dataset": {"name": "synthetic", "root": "/nonexistent-tuning-data", "batch_size": 32, "m": 4,
-                    "sampler": "m_per_class"},
-        "model": {"backbone": "tiny_cnn", "embedding_size": 32, "l2_normalize": False},
-        "loss": {"name": "asap_c2", "hparams": {"proxies_per_class": 8, "pos_margin": 0.0, "neg_margin": 0.3841}},
-        "asap": {"enabled": True, "b": 12, "lam": 2.0e-4, "projection_patience": 2},
-        "validation": {"split": "fold", "patience": 4},
-        "eval": {"select": "best_val"}, "epochs": 2, "steps_per_epoch": 2}
+BASE = {
+    "dataset": {
+        "name": "synthetic",
+        "root": "/nonexistent-tuning-data",
+        "batch_size": 32,
+        "m": 4,
+        "sampler": "m_per_class",
+    },
+    "model": {"backbone": "tiny_cnn", "embedding_size": 32, "l2_normalize": False},
+    "loss": {"name": "asap_c2", "hparams": {"proxies_per_class": 8, "pos_margin": 0.0, "neg_margin": 0.3841}},
+    "asap": {"enabled": True, "b": 12, "lam": 2.0e-4, "projection_patience": 2},
+    "validation": {"split": "fold", "patience": 4},
+    "eval": {"select": "best_val"},
+    "epochs": 2,
+    "steps_per_epoch": 2,
+}
 OPT = (-3.0, 8)  # the fake objective's peak: log10 λ = -3, P = 8
 
 
@@ -42,7 +52,7 @@ def objective(lam: float, p: int, fold: int) -> float:
     """The fake run's best validation MAP@R: a bump at λ = 1e-3, P = 8 (λ = 0 counts as 1e-7), plus
     a fold-dependent offset."""
     x = math.log10(lam) if lam > 0 else -7.0
-    return 0.8 * math.exp(-((x - OPT[0]) / 1.5) ** 2 - ((p - OPT[1]) / 4.0) ** 2) + 0.02 * fold
+    return 0.8 * math.exp(-(((x - OPT[0]) / 1.5) ** 2) - ((p - OPT[1]) / 4.0) ** 2) + 0.02 * fold
 
 
 class FakeTrain:
@@ -64,9 +74,11 @@ class FakeTrain:
         outdir.mkdir(parents=True, exist_ok=True)
         best = objective(lam, p, fold)
         diverged = self.diverge(lam, p, fold)
-        evaluations = [{"evaluation": 1, "step": 2, "map_r": best / 2},
-                       {"evaluation": 2, "step": 4, "map_r": best if not diverged else best / 3},
-                       {"evaluation": 3, "step": 6, "map_r": None}]
+        evaluations = [
+            {"evaluation": 1, "step": 2, "map_r": best / 2},
+            {"evaluation": 2, "step": 4, "map_r": best if not diverged else best / 3},
+            {"evaluation": 3, "step": 6, "map_r": None},
+        ]
         (outdir / "validation_log.json").write_text(json.dumps({"metric": "map@r", "evaluations": evaluations}))
         record = {"status": "diverged" if diverged else "completed"}
         (outdir / "metrics.json").write_text(json.dumps(record))
@@ -96,14 +108,26 @@ def complete(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def test_parse_space_kinds():
-    params = {p.key: p for p in parse_space({
-        **SPACE, "optimizer.lr": {"type": "float", "low": 1e-5, "high": 1e-2, "log": True},
-        "loss.hparams.delta": {"type": "float", "low": 0.1, "high": 0.3, "step": 0.05},
-        "asap.b": {"type": "int", "low": 2, "high": 16, "log": True},
-        "optimizer.name": {"type": "categorical", "choices": ["adam", "adamw", None]}})}
+    params = {
+        p.key: p
+        for p in parse_space(
+            {
+                **SPACE,
+                "optimizer.lr": {"type": "float", "low": 1e-5, "high": 1e-2, "log": True},
+                "loss.hparams.delta": {"type": "float", "low": 0.1, "high": 0.3, "step": 0.05},
+                "asap.b": {"type": "int", "low": 2, "high": 16, "log": True},
+                "optimizer.name": {"type": "categorical", "choices": ["adam", "adamw", None]},
+            }
+        )
+    }
     assert params[LAM].type == "float" and params[LAM].log and params[LAM].zero
     assert (params[LAM].low, params[LAM].high) == (1e-6, 1.0)
-    assert params[P].type == "int" and not params[P].log and not params[P].zero and (params[P].low, params[P].high) == (1, 12)
+    assert (
+        params[P].type == "int"
+        and not params[P].log
+        and not params[P].zero
+        and (params[P].low, params[P].high) == (1, 12)
+    )
     assert params["optimizer.lr"].log and not params["optimizer.lr"].zero
     assert params["loss.hparams.delta"].step == 0.05 and not params["loss.hparams.delta"].log
     assert params["asap.b"].type == "int" and params["asap.b"].log
@@ -127,23 +151,26 @@ def test_zero_is_an_extra_boolean_the_sampler_sees():
     assert t.distributions[LAM].log
 
 
-@pytest.mark.parametrize("spec, expected", [
-    ({"type": "float", "low": 0.0, "high": 1.0, "log": True}, "log: true needs low > 0"),
-    ({"type": "float", "low": 0.0, "high": 1.0, "zero": True}, "zero: true needs low > 0"),
-    ({"type": "float", "low": 2.0, "high": 1.0}, "low = 2.0 > high = 1.0"),
-    ({"type": "int", "low": 1.5, "high": 4}, "low = 1.5: expected an integer"),
-    ({"type": "float", "low": "a", "high": 1.0}, "low = 'a': expected a finite number"),
-    ({"type": "float", "high": 1.0}, "low = None"),
-    ({"type": "real", "low": 0.0, "high": 1.0}, "expected 'int', 'float' or 'categorical'"),
-    ({"type": "float", "low": 0.1, "high": 1.0, "lo": 3}, "unknown field(s) ['lo']"),
-    ({"type": "float", "low": 0.1, "high": 1.0, "log": "yes"}, "log = 'yes': expected true or false"),
-    ({"type": "float", "low": 0.1, "high": 1.0, "log": True, "step": 0.1}, "step and log: true cannot be combined"),
-    ({"type": "int", "low": 1, "high": 9, "step": 0}, "step = 0: expected a number > 0"),
-    ({"type": "categorical", "choices": []}, "choices = []: expected a non-empty list"),
-    ({"type": "categorical", "choices": [[1, 2]]}, "choice [1, 2]: expected None"),
-    ({"type": "categorical", "choices": ["a", "a"]}, "repeat a value"),
-    ([1, 2], "expected a mapping"),
-])
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ({"type": "float", "low": 0.0, "high": 1.0, "log": True}, "log: true needs low > 0"),
+        ({"type": "float", "low": 0.0, "high": 1.0, "zero": True}, "zero: true needs low > 0"),
+        ({"type": "float", "low": 2.0, "high": 1.0}, "low = 2.0 > high = 1.0"),
+        ({"type": "int", "low": 1.5, "high": 4}, "low = 1.5: expected an integer"),
+        ({"type": "float", "low": "a", "high": 1.0}, "low = 'a': expected a finite number"),
+        ({"type": "float", "high": 1.0}, "low = None"),
+        ({"type": "real", "low": 0.0, "high": 1.0}, "expected 'int', 'float' or 'categorical'"),
+        ({"type": "float", "low": 0.1, "high": 1.0, "lo": 3}, "unknown field(s) ['lo']"),
+        ({"type": "float", "low": 0.1, "high": 1.0, "log": "yes"}, "log = 'yes': expected true or false"),
+        ({"type": "float", "low": 0.1, "high": 1.0, "log": True, "step": 0.1}, "step and log: true cannot be combined"),
+        ({"type": "int", "low": 1, "high": 9, "step": 0}, "step = 0: expected a number > 0"),
+        ({"type": "categorical", "choices": []}, "choices = []: expected a non-empty list"),
+        ({"type": "categorical", "choices": [[1, 2]]}, "choice [1, 2]: expected None"),
+        ({"type": "categorical", "choices": ["a", "a"]}, "repeat a value"),
+        ([1, 2], "expected a mapping"),
+    ],
+)
 def test_bad_specs_name_the_key(spec, expected):
     with pytest.raises(ValueError) as info:
         parse_space({"some.key": spec})
@@ -156,8 +183,7 @@ def test_bad_spaces():
     with pytest.raises(ValueError, match="'a..b': expected a dotted run-config key"):
         parse_space({"a..b": {"type": "int", "low": 1, "high": 2}})
     with pytest.raises(ValueError, match="'asap.lam' lies inside 'asap'"):
-        parse_space({"asap": {"type": "int", "low": 1, "high": 2},
-                     "asap.lam": {"type": "int", "low": 1, "high": 2}})
+        parse_space({"asap": {"type": "int", "low": 1, "high": 2}, "asap.lam": {"type": "int", "low": 1, "high": 2}})
 
 
 # ----------------------------------------------------------------------------- search
@@ -209,7 +235,10 @@ def test_random_sampler_is_not_the_gp(fake, tmp_path):
 
 
 def test_diverged_runs_score_worst(fake, tmp_path):
-    space = {LAM: {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}, P: {"type": "categorical", "choices": [4, 11]}}
+    space = {
+        LAM: {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
+        P: {"type": "categorical", "choices": [4, 11]},
+    }
     f = fake(diverge=lambda lam, p, fold: p == 11 and fold == 1)
     best = run_search(BASE, space, tmp_path, trials=8, folds=[0, 1], seed=1, sampler="random")
     frame = load_trials(tmp_path)
@@ -347,8 +376,9 @@ def test_no_folds_uses_the_base_split(fake, tmp_path):
 
 
 def test_best_validation_value(tmp_path):
-    (tmp_path / "validation_log.json").write_text(json.dumps({"evaluations": [
-        {"map_r": 0.2}, {"map_r": None}, {"map_r": 0.5}, {"map_r": 0.4}]}))
+    (tmp_path / "validation_log.json").write_text(
+        json.dumps({"evaluations": [{"map_r": 0.2}, {"map_r": None}, {"map_r": 0.5}, {"map_r": 0.4}]})
+    )
     assert best_validation_value(tmp_path) == 0.5
     (tmp_path / "validation_log.json").write_text(json.dumps({"evaluations": [{"map_r": None}]}))
     assert best_validation_value(tmp_path) is None
@@ -388,7 +418,7 @@ def test_posterior_surface_zero_on_a_log_axis():
     frame = grid_frame(with_zero=True)
     s = posterior_surface(frame, LAM, P, log_x=True, grid=8, space=SPACE, noise_level=1e-10, noise_level_bounds="fixed")
     assert s.x_zero == pytest.approx(-7.0)  # one decade below the space's low (1e-6)
-    assert np.allclose(s.x_obs[frame[LAM].iloc[:s.values.size].to_numpy() == 0], -7.0)
+    assert np.allclose(s.x_obs[frame[LAM].iloc[: s.values.size].to_numpy() == 0], -7.0)
     assert s.X.min() == pytest.approx(-7.0) and np.all(np.isfinite(s.mean))
     s2 = posterior_surface(frame[frame[LAM] != 1e-6], LAM, P, log_x=True, grid=8)
     assert s2.x_zero == pytest.approx(-5.0)  # no space: one decade below 1e-4, the smallest positive value
@@ -413,8 +443,10 @@ def test_cli_runs_a_search_and_prints_the_best(fake, tmp_path, capsys):
     import yaml
 
     (tmp_path / "base.yaml").write_text(yaml.safe_dump(BASE))
-    cfg = write_yaml(tmp_path / "search.yaml", {"base": "base.yaml", "space": SPACE, "trials": 3, "folds": [0, 1],
-                                                "seed": 0, "sampler": "random"})
+    cfg = write_yaml(
+        tmp_path / "search.yaml",
+        {"base": "base.yaml", "space": SPACE, "trials": 3, "folds": [0, 1], "seed": 0, "sampler": "random"},
+    )
     from dmlrepro.cli import main
 
     assert main(["tune", str(cfg), str(tmp_path / "out"), "--no-progress"]) == 0
@@ -426,17 +458,22 @@ def test_cli_runs_a_search_and_prints_the_best(fake, tmp_path, capsys):
     assert len(f.calls) == 8
 
 
-@pytest.mark.parametrize("data, expected", [
-    ({"space": SPACE, "trials": 3}, "missing key(s) ['base']"),
-    ({"base": BASE, "space": SPACE, "trials": 3, "fold": [0]}, "unknown key(s) ['fold']"),
-    ({"base": BASE, "space": SPACE, "trials": 0}, "trials = 0: expected an integer >= 1"),
-    ({"base": BASE, "space": SPACE, "trials": 3, "folds": 2}, "folds = 2: expected a non-empty list"),
-    ({"base": BASE, "space": SPACE, "trials": 3, "sampler": "cma"}, "sampler = 'cma'"),
-    ({"base": BASE, "space": {"asap.lam": {"type": "float", "low": 0.0, "high": 1.0, "log": True}}, "trials": 3},
-     "'asap.lam': log: true needs low > 0"),
-    ({"base": "missing.yaml", "space": SPACE, "trials": 3}, "cannot read"),
-    ([1, 2], "expected a mapping"),
-])
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        ({"space": SPACE, "trials": 3}, "missing key(s) ['base']"),
+        ({"base": BASE, "space": SPACE, "trials": 3, "fold": [0]}, "unknown key(s) ['fold']"),
+        ({"base": BASE, "space": SPACE, "trials": 0}, "trials = 0: expected an integer >= 1"),
+        ({"base": BASE, "space": SPACE, "trials": 3, "folds": 2}, "folds = 2: expected a non-empty list"),
+        ({"base": BASE, "space": SPACE, "trials": 3, "sampler": "cma"}, "sampler = 'cma'"),
+        (
+            {"base": BASE, "space": {"asap.lam": {"type": "float", "low": 0.0, "high": 1.0, "log": True}}, "trials": 3},
+            "'asap.lam': log: true needs low > 0",
+        ),
+        ({"base": "missing.yaml", "space": SPACE, "trials": 3}, "cannot read"),
+        ([1, 2], "expected a mapping"),
+    ],
+)
 def test_cli_rejects_bad_search_configs(fake, tmp_path, capsys, data, expected):
     f = fake()
     cfg = write_yaml(tmp_path / "search.yaml", data)
@@ -451,17 +488,33 @@ def test_cli_rejects_bad_search_configs(fake, tmp_path, capsys, data, expected):
 @pytest.mark.slow
 def test_real_search_two_trials_two_folds(tmp_path):
     base = {
-        "dataset": {"name": "synthetic", "root": str(tmp_path / "data"), "prepare": True,
-                    "params": {"num_classes": 32, "images_per_class": 8, "size": 16},
-                    "image_size": 16, "resize": 16, "train_crop": "random", "sampler": "m_per_class", "m": 4,
-                    "batch_size": 16, "eval_batch_size": 256},
-        "model": {"backbone": "tiny_cnn", "backbone_kwargs": {"widths": [8, 16], "strides": [2, 2]},
-                  "embedding_size": 16, "l2_normalize": False},
+        "dataset": {
+            "name": "synthetic",
+            "root": str(tmp_path / "data"),
+            "prepare": True,
+            "params": {"num_classes": 32, "images_per_class": 8, "size": 16},
+            "image_size": 16,
+            "resize": 16,
+            "train_crop": "random",
+            "sampler": "m_per_class",
+            "m": 4,
+            "batch_size": 16,
+            "eval_batch_size": 256,
+        },
+        "model": {
+            "backbone": "tiny_cnn",
+            "backbone_kwargs": {"widths": [8, 16], "strides": [2, 2]},
+            "embedding_size": 16,
+            "l2_normalize": False,
+        },
         "loss": {"name": "pair_c2", "hparams": {"pos_margin": 0.0, "neg_margin": 0.3841}},
         "optimizer": {"name": "adam", "lr": 1e-3},
         "validation": {"split": "fold", "patience": 4},
         "eval": {"every": 0, "before_training": False},
-        "epochs": 2, "steps_per_epoch": 3, "seed": 0, "threads": 1,
+        "epochs": 2,
+        "steps_per_epoch": 3,
+        "seed": 0,
+        "threads": 1,
     }
     space = {"optimizer.lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}}
     best = run_search(base, space, tmp_path / "search", trials=2, folds=[0, 1], seed=0, sampler="gp")

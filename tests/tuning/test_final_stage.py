@@ -8,24 +8,38 @@ import copy
 import pytest
 
 from dmlrepro.runs import ExperimentError, experiment_runs, resolve_runs
+from dmlrepro.tuning import observed_epochs
 from dmlrepro.tuning.final import COMPLETE_KEY, FinalStage, final_runs
 from dmlrepro.tuning.searches import search_runs
-from dmlrepro.tuning import observed_epochs
 
 CONFIG = {
-    "defaults": {"epochs": 4, "model": {"backbone": "tiny_cnn", "embedding_size": 16},
-                 "validation": {"split": "fold", "n_folds": 4, "scheme": "mlrc"}},
+    "defaults": {
+        "epochs": 4,
+        "model": {"backbone": "tiny_cnn", "embedding_size": 16},
+        "validation": {"split": "fold", "n_folds": 4, "scheme": "mlrc"},
+    },
     "datasets": {"synthetic": {"dataset": {"name": "synthetic"}}},
-    "methods": {"pfml": {"loss": {"name": "pfml", "hparams": {"alpha": 4.0}}},
-                "rsw": {"loss": {"name": "rsw"}, "followup": {"epochs": 2, "lr": 1e-5}}},
-    "experiments": {"reality": {
-        "methods": ["pfml", "rsw"], "datasets": ["synthetic"],
-        "search": {"space": {"optimizer.lr": {"type": "float", "low": 1e-5, "high": 1e-2, "log": True}},
-                   "method_space": {"pfml": {"loss.hparams.alpha": {"type": "float", "low": 1.0, "high": 8.0}},
-                                    "rsw": {"loss.hparams.alpha": {"type": "float", "low": 1.0, "high": 50.0}}},
-                   "trials": 3, "folds": [0, 1, 2, 3]},
-        "final": {"seeds": [0, 1, 2], "complete": {"model": {"embedding_size": 64}, "validation": {"split": None}}},
-        "metrics": ["map@r@separated"]}},
+    "methods": {
+        "pfml": {"loss": {"name": "pfml", "hparams": {"alpha": 4.0}}},
+        "rsw": {"loss": {"name": "rsw"}, "followup": {"epochs": 2, "lr": 1e-5}},
+    },
+    "experiments": {
+        "reality": {
+            "methods": ["pfml", "rsw"],
+            "datasets": ["synthetic"],
+            "search": {
+                "space": {"optimizer.lr": {"type": "float", "low": 1e-5, "high": 1e-2, "log": True}},
+                "method_space": {
+                    "pfml": {"loss.hparams.alpha": {"type": "float", "low": 1.0, "high": 8.0}},
+                    "rsw": {"loss.hparams.alpha": {"type": "float", "low": 1.0, "high": 50.0}},
+                },
+                "trials": 3,
+                "folds": [0, 1, 2, 3],
+            },
+            "final": {"seeds": [0, 1, 2], "complete": {"model": {"embedding_size": 64}, "validation": {"split": None}}},
+            "metrics": ["map@r@separated"],
+        }
+    },
 }
 
 
@@ -100,7 +114,10 @@ def test_observed_epochs_are_the_fold_means_rounded_up_per_phase(tmp_path):
     assert observed_epochs(logs, multiple=1)["followup_epochs"] == 4  # 3.5 rounds up
     # one phase only: no followup; at least one multiple; and the total always exceeds the followup
     assert observed_epochs([_log(tmp_path / "c.csv", [1, 1])]) == {
-        "epochs": 5, "followup_epochs": 0, "observed": {"epochs": [2], "followup_epochs": [0]}}
+        "epochs": 5,
+        "followup_epochs": 0,
+        "observed": {"epochs": [2], "followup_epochs": [0]},
+    }
     assert observed_epochs([_log(tmp_path / "d.csv", [2] * 5)])["epochs"] == 10
     with pytest.raises(ValueError, match="no train logs"):
         observed_epochs([])

@@ -7,25 +7,40 @@ import copy
 import pytest
 
 from dmlrepro.runs import ExperimentError, config_hash
-from dmlrepro.tuning.final import COMPLETE_KEY, final_runs
-from dmlrepro.tuning.searches import search_runs
 from dmlrepro.train import resolve_run_config
 from dmlrepro.tuning import observed_epochs
+from dmlrepro.tuning.final import COMPLETE_KEY, final_runs
+from dmlrepro.tuning.searches import search_runs
 
 CONFIG = {
-    "defaults": {"epochs": 40, "model": {"backbone": "tiny_cnn", "embedding_size": 16},
-                 "validation": {"split": "fold", "n_folds": 4, "scheme": "mlrc", "patience": 3}},
+    "defaults": {
+        "epochs": 40,
+        "model": {"backbone": "tiny_cnn", "embedding_size": 16},
+        "validation": {"split": "fold", "n_folds": 4, "scheme": "mlrc", "patience": 3},
+    },
     "datasets": {"synthetic": {"dataset": {"name": "synthetic"}}},
-    "methods": {"rsw": {"loss": {"name": "rsw"},
-                        "followup": {"trigger": "plateau", "lr": 1e-5, "loss": {"alpha": 24.68}}}},
-    "experiments": {"reality": {
-        "methods": ["rsw"], "datasets": ["synthetic"],
-        "search": {"space": {"optimizer.lr": {"type": "float", "low": 1e-5, "high": 1e-2, "log": True},
-                             "followup.loss.k1": {"type": "float", "low": 0.5, "high": 1.0}},
-                   "trials": 3, "folds": [0, 1, 2, 3]},
-        "final": {"seeds": [0, 1], "complete": {"model": {"embedding_size": 64},
-                                                "validation": {"split": None, "patience": None}}},
-        "metrics": ["map@r@separated"]}},
+    "methods": {
+        "rsw": {"loss": {"name": "rsw"}, "followup": {"trigger": "plateau", "lr": 1e-5, "loss": {"alpha": 24.68}}}
+    },
+    "experiments": {
+        "reality": {
+            "methods": ["rsw"],
+            "datasets": ["synthetic"],
+            "search": {
+                "space": {
+                    "optimizer.lr": {"type": "float", "low": 1e-5, "high": 1e-2, "log": True},
+                    "followup.loss.k1": {"type": "float", "low": 0.5, "high": 1.0},
+                },
+                "trials": 3,
+                "folds": [0, 1, 2, 3],
+            },
+            "final": {
+                "seeds": [0, 1],
+                "complete": {"model": {"embedding_size": 64}, "validation": {"split": None, "patience": None}},
+            },
+            "metrics": ["map@r@separated"],
+        }
+    },
 }
 BEST = {"optimizer.lr": 3e-4, "followup.loss.k1": 0.9}
 

@@ -129,10 +129,18 @@ class KCenterSelection:
     seconds: float
 
 
-def select_proxies(embed: Callable[[torch.Tensor], torch.Tensor], labels: torch.Tensor, current: torch.Tensor | None,
-                   b: int, generator: torch.Generator, proxies_per_class: int | None = None,
-                   small_budget: str = "times_p", normalize: bool = False,
-                   zero_seeds: bool = False, num_classes: int | None = None) -> KCenterSelection:
+def select_proxies(
+    embed: Callable[[torch.Tensor], torch.Tensor],
+    labels: torch.Tensor,
+    current: torch.Tensor | None,
+    b: int,
+    generator: torch.Generator,
+    proxies_per_class: int | None = None,
+    small_budget: str = "times_p",
+    normalize: bool = False,
+    zero_seeds: bool = False,
+    num_classes: int | None = None,
+) -> KCenterSelection:
     """GreedyKCenterProxy(ρ*, b, f(·; θ*)) of Alg. 2 for every class.
 
     Args:
@@ -171,8 +179,7 @@ def select_proxies(embed: Callable[[torch.Tensor], torch.Tensor], labels: torch.
         if seeds is None and zero_seeds:
             seeds = emb.new_zeros(num_classes, 1, emb.shape[-1])
         if normalize:
-            picked = farthest_first(lipschitz_normalize(emb), P,
-                                    None if seeds is None else lipschitz_normalize(seeds))
+            picked = farthest_first(lipschitz_normalize(emb), P, None if seeds is None else lipschitz_normalize(seeds))
         else:
             picked = farthest_first(emb, P, seeds)
     picked = picked.to(pool.device)
@@ -182,10 +189,17 @@ def select_proxies(embed: Callable[[torch.Tensor], torch.Tensor], labels: torch.
     return KCenterSelection(indices, proxies, pool, picked, time.perf_counter() - start)
 
 
-def initial_proxies(embed: Callable[[torch.Tensor], torch.Tensor], labels: torch.Tensor, num_classes: int,
-                    proxies_per_class: int, b: int, generator: torch.Generator,
-                    first_init: str = "kcenter_from_random", small_budget: str = "times_p",
-                    normalize: bool = False) -> KCenterSelection:
+def initial_proxies(
+    embed: Callable[[torch.Tensor], torch.Tensor],
+    labels: torch.Tensor,
+    num_classes: int,
+    proxies_per_class: int,
+    b: int,
+    generator: torch.Generator,
+    first_init: str = "kcenter_from_random",
+    small_budget: str = "times_p",
+    normalize: bool = False,
+) -> KCenterSelection:
     """The first proxies of Alg. 1 ("initialize ρ* with random samples", then GreedyKCenterProxy).
 
     `first_init` (ASAP-R1): ``"kcenter_from_random"`` (default) — ρ* = embeddings of P random samples per
@@ -196,8 +210,9 @@ def initial_proxies(embed: Callable[[torch.Tensor], torch.Tensor], labels: torch
         raise ValueError(f"initial_proxies: first_init must be one of {FIRST_INIT}, got {first_init!r}")
     P = proxies_per_class
     if first_init == "kcenter_from_zero":
-        return select_proxies(embed, labels, None, b, generator, P, small_budget, normalize, zero_seeds=True,
-                              num_classes=num_classes)
+        return select_proxies(
+            embed, labels, None, b, generator, P, small_budget, normalize, zero_seeds=True, num_classes=num_classes
+        )
     rand = select_proxies(embed, labels, None, 1, generator, P, num_classes=num_classes)
     if first_init == "random":
         return rand
@@ -215,6 +230,9 @@ def mean_class_covering_radius(embeddings: torch.Tensor, labels: torch.Tensor, p
     """Mean over classes of the covering radius of class c's samples by its proxies (C, P, D)
     (an optional per-projection diagnostic: Prop. 4.2's covering radius)."""
     labels = torch.as_tensor(labels).long()
-    radii = [covering_radius(embeddings[labels == c], proxies[c])
-             for c in range(proxies.shape[0]) if bool((labels == c).any())]
+    radii = [
+        covering_radius(embeddings[labels == c], proxies[c])
+        for c in range(proxies.shape[0])
+        if bool((labels == c).any())
+    ]
     return float(sum(radii) / len(radii)) if radii else float("nan")

@@ -35,16 +35,19 @@ class ProximalRegularizer:
             them into `params`); it is an error if one of them is in `params`.
     """
 
-    def __init__(self, params: Iterable[torch.Tensor] | nn.Module, lam: float = 2e-4,
-                 exclude: Iterable[torch.Tensor] = ()):
+    def __init__(
+        self, params: Iterable[torch.Tensor] | nn.Module, lam: float = 2e-4, exclude: Iterable[torch.Tensor] = ()
+    ):
         if isinstance(params, nn.Module):
             params = params.parameters()
         excluded = {id(p) for p in exclude}
         self.params = [p for p in params if p.requires_grad]
         clash = [i for i, p in enumerate(self.params) if id(p) in excluded]
         if clash:
-            raise ValueError(f"ProximalRegularizer: parameters {clash} are excluded (proxies?) but were passed "
-                             "as network weights; the proximal term acts on θ only (ASAP-R37)")
+            raise ValueError(
+                f"ProximalRegularizer: parameters {clash} are excluded (proxies?) but were passed "
+                "as network weights; the proximal term acts on θ only (ASAP-R37)"
+            )
         if lam < 0:
             raise ValueError(f"ProximalRegularizer: lam must be >= 0, got {lam}")
         self.lam = float(lam)

@@ -47,14 +47,14 @@ PATIENCE_UNITS = ("evaluations", "steps")
 @dataclass(frozen=True)
 class Decision:
     step: int
-    evaluation: int          # 1-based count of evaluations so far
-    value: float             # the observed validation MAP@R
+    evaluation: int  # 1-based count of evaluations so far
+    value: float  # the observed validation MAP@R
     improved_global: bool
     improved_projection: bool
     alternate: bool
     stop: bool
-    lam: float               # λ_eff to use from the next step on
-    projection: int          # projection id from the next step on (0-based)
+    lam: float  # λ_eff to use from the next step on
+    projection: int  # projection id from the next step on (0-based)
     reset_optimizer: bool
 
 
@@ -72,23 +72,45 @@ class AlternationSchedule:
         max_alternations: optional cap on the number of alternations (None: unbounded, the paper).
     """
 
-    def __init__(self, eval_every: int, projection_patience: int = 3, global_patience: int = 60,
-                 min_delta: float = 1e-5, lam: float = 2e-4, alternate: bool = True,
-                 lambda_first_projection: bool = False, anchor: str = "best", reset_optimizer: bool = False,
-                 global_patience_unit: str = "evaluations", max_alternations: int | None = None):
+    def __init__(
+        self,
+        eval_every: int,
+        projection_patience: int = 3,
+        global_patience: int = 60,
+        min_delta: float = 1e-5,
+        lam: float = 2e-4,
+        alternate: bool = True,
+        lambda_first_projection: bool = False,
+        anchor: str = "best",
+        reset_optimizer: bool = False,
+        global_patience_unit: str = "evaluations",
+        max_alternations: int | None = None,
+    ):
         if eval_every < 1 or projection_patience < 1 or global_patience < 1:
-            raise ValueError(f"AlternationSchedule: eval_every, projection_patience and global_patience must be "
-                             f">= 1, got {eval_every}, {projection_patience}, {global_patience}")
+            raise ValueError(
+                f"AlternationSchedule: eval_every, projection_patience and global_patience must be "
+                f">= 1, got {eval_every}, {projection_patience}, {global_patience}"
+            )
         if anchor not in ANCHORS:
             raise ValueError(f"AlternationSchedule: anchor must be one of {ANCHORS}, got {anchor!r}")
         if global_patience_unit not in PATIENCE_UNITS:
-            raise ValueError(f"AlternationSchedule: global_patience_unit must be one of {PATIENCE_UNITS}, "
-                             f"got {global_patience_unit!r}")
+            raise ValueError(
+                f"AlternationSchedule: global_patience_unit must be one of {PATIENCE_UNITS}, "
+                f"got {global_patience_unit!r}"
+            )
         if lam < 0 or min_delta < 0:
             raise ValueError(f"AlternationSchedule: lam and min_delta must be >= 0, got {lam}, {min_delta}")
-        self.eval_every, self.projection_patience, self.global_patience = eval_every, projection_patience, global_patience
+        self.eval_every, self.projection_patience, self.global_patience = (
+            eval_every,
+            projection_patience,
+            global_patience,
+        )
         self.min_delta, self.lam, self.alternate_enabled = min_delta, lam, alternate
-        self.lambda_first_projection, self.anchor, self.reset_optimizer = lambda_first_projection, anchor, reset_optimizer
+        self.lambda_first_projection, self.anchor, self.reset_optimizer = (
+            lambda_first_projection,
+            anchor,
+            reset_optimizer,
+        )
         self.global_patience_unit, self.max_alternations = global_patience_unit, max_alternations
         # state
         self.best_global, self.best_global_step, self.bad_global = -math.inf, 0, 0
@@ -100,7 +122,7 @@ class AlternationSchedule:
         self.alternations: list[dict] = []
 
     @classmethod
-    def loss_proxy(cls, eval_every: int, global_patience: int = 60, **kwargs) -> "AlternationSchedule":
+    def loss_proxy(cls, eval_every: int, global_patience: int = 60, **kwargs) -> AlternationSchedule:
         """Loss-Proxy (paper §5.2, ASAP-R16): one projection to the global stop, λ = 0, no alternation."""
         return cls(eval_every, global_patience=global_patience, lam=0.0, alternate=False, **kwargs)
 
@@ -147,34 +169,70 @@ class AlternationSchedule:
         else:
             self.bad_projection += 1
         capped = self.max_alternations is not None and len(self.alternations) >= self.max_alternations
-        alternate = (not stop and self.alternate_enabled and not capped
-                     and self.bad_projection >= self.projection_patience)
-        self.evaluations.append({
-            "evaluation": self.num_evaluations, "step": step, "map_r": value, "lambda_eff": lam_before,
-            "projection": projection_before, "best_map_r": self.best_global,
-            "best_projection_map_r": self.best_projection, "bad_global": self.bad_global,
-            "bad_projection": self.bad_projection, "improved_global": improved_global,
-            "improved_projection": improved_projection, "alternate": alternate, "stop": stop})
+        alternate = (
+            not stop and self.alternate_enabled and not capped and self.bad_projection >= self.projection_patience
+        )
+        self.evaluations.append(
+            {
+                "evaluation": self.num_evaluations,
+                "step": step,
+                "map_r": value,
+                "lambda_eff": lam_before,
+                "projection": projection_before,
+                "best_map_r": self.best_global,
+                "best_projection_map_r": self.best_projection,
+                "bad_global": self.bad_global,
+                "bad_projection": self.bad_projection,
+                "improved_global": improved_global,
+                "improved_projection": improved_projection,
+                "alternate": alternate,
+                "stop": stop,
+            }
+        )
         if alternate or stop:
             self._close_projection(step, "alternation" if alternate else "early_stop")
         if alternate:
-            self.alternations.append({"alternation": len(self.alternations) + 1, "step": step,
-                                      "from_projection": self.projection, "to_projection": self.projection + 1,
-                                      "anchor": self.anchor, "anchor_step": self.best_projection_step
-                                      if self.anchor == "best" else step})
+            self.alternations.append(
+                {
+                    "alternation": len(self.alternations) + 1,
+                    "step": step,
+                    "from_projection": self.projection,
+                    "to_projection": self.projection + 1,
+                    "anchor": self.anchor,
+                    "anchor_step": self.best_projection_step if self.anchor == "best" else step,
+                }
+            )
             self.projection += 1
             self.projection_start, self.projection_evals = step, 0
             self.best_projection, self.best_projection_step, self.bad_projection = -math.inf, step, 0
         self.stopped = stop
-        return Decision(step, self.num_evaluations, value, improved_global, improved_projection, alternate, stop,
-                        self.lam_eff, self.projection, alternate and self.reset_optimizer)
+        return Decision(
+            step,
+            self.num_evaluations,
+            value,
+            improved_global,
+            improved_projection,
+            alternate,
+            stop,
+            self.lam_eff,
+            self.projection,
+            alternate and self.reset_optimizer,
+        )
 
     def _close_projection(self, step: int, reason: str) -> None:
-        self.projections.append({
-            "projection": self.projection, "start_step": self.projection_start, "end_step": step,
-            "steps": step - self.projection_start, "evaluations": self.projection_evals,
-            "best_map_r": self.best_projection, "best_step": self.best_projection_step,
-            "lambda_eff": self.lam_eff, "end_reason": reason})
+        self.projections.append(
+            {
+                "projection": self.projection,
+                "start_step": self.projection_start,
+                "end_step": step,
+                "steps": step - self.projection_start,
+                "evaluations": self.projection_evals,
+                "best_map_r": self.best_projection,
+                "best_step": self.best_projection_step,
+                "lambda_eff": self.lam_eff,
+                "end_reason": reason,
+            }
+        )
 
     def finish(self, step: int, reason: str = "max_steps") -> None:
         """Close the open projection's record when training ends without an early stop (e.g. a step cap)."""
@@ -206,12 +264,26 @@ class AlternationSchedule:
 
     def state_dict(self) -> dict:
         """Everything needed to resume (plain Python values)."""
-        keys = ("best_global", "best_global_step", "bad_global", "best_projection", "best_projection_step",
-                "bad_projection", "projection", "projection_start", "projection_evals", "num_evaluations",
-                "stopped", "last_step")
+        keys = (
+            "best_global",
+            "best_global_step",
+            "bad_global",
+            "best_projection",
+            "best_projection_step",
+            "bad_projection",
+            "projection",
+            "projection_start",
+            "projection_evals",
+            "num_evaluations",
+            "stopped",
+            "last_step",
+        )
         state = {k: getattr(self, k) for k in keys}
-        state.update(evaluations=[dict(e) for e in self.evaluations], projections=[dict(p) for p in self.projections],
-                     alternations=[dict(a) for a in self.alternations])
+        state.update(
+            evaluations=[dict(e) for e in self.evaluations],
+            projections=[dict(p) for p in self.projections],
+            alternations=[dict(a) for a in self.alternations],
+        )
         return state
 
     def load_state_dict(self, state: dict) -> None:

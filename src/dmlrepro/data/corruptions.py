@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import zlib
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -56,7 +56,9 @@ def _to_hwc(img) -> tuple[np.ndarray, Callable]:
         t = img.as_subclass(torch.Tensor)
         if t.dtype != torch.uint8 or t.ndim != 3:
             raise TypeError(f"corruptions expect a uint8 (C, H, W) tensor, got {t.dtype} {tuple(t.shape)}")
-        return t.permute(1, 2, 0).numpy().copy(), lambda a: torch.from_numpy(np.ascontiguousarray(a)).permute(2, 0, 1).contiguous()
+        return t.permute(
+            1, 2, 0
+        ).numpy().copy(), lambda a: torch.from_numpy(np.ascontiguousarray(a)).permute(2, 0, 1).contiguous()
     from PIL import Image  # deferred: PIL, only the imgaug-style corruptions need it
 
     if isinstance(img, Image.Image):
@@ -205,7 +207,10 @@ class Jigsaw(Corruption):
         if self.severity:
             rows = cols = self.level()
         else:
-            rows, cols = rng.integers(self.nb_rows[0], self.nb_rows[1] + 1), rng.integers(self.nb_cols[0], self.nb_cols[1] + 1)
+            rows, cols = (
+                rng.integers(self.nb_rows[0], self.nb_rows[1] + 1),
+                rng.integers(self.nb_cols[0], self.nb_cols[1] + 1),
+            )
         h, w = a.shape[:2]
         ch, cw = h // rows, w // cols
         if ch == 0 or cw == 0:
@@ -304,7 +309,8 @@ class DefocusBlur(Corruption):
 
 
 CORRUPTIONS: dict[str, type[Corruption]] = {
-    c.name: c for c in (GaussianNoise, UniformNoise, SaltAndPepper, Dropout, Cutout, Shear, Jigsaw, HueSaturation, DefocusBlur)
+    c.name: c
+    for c in (GaussianNoise, UniformNoise, SaltAndPepper, Dropout, Cutout, Shear, Jigsaw, HueSaturation, DefocusBlur)
 }
 # Table IV row labels -> names
 TABLE_IV = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import os
 import warnings
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -34,8 +34,10 @@ def load_image(path: str | os.PathLike) -> torch.Tensor:
         with open(path, "rb") as fh:
             data = fh.read()
     except FileNotFoundError:  # removed after `prepare`: name it and what brings it back
-        raise FileNotFoundError(f"{path}: image missing (a row of the dataset's manifest.csv names it); expected "
-                                f"the file `dmlrepro prepare` wrote: prepare the dataset again with --force") from None
+        raise FileNotFoundError(
+            f"{path}: image missing (a row of the dataset's manifest.csv names it); expected "
+            f"the file `dmlrepro prepare` wrote: prepare the dataset again with --force"
+        ) from None
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_TV_DEPRECATION, category=DeprecationWarning)
@@ -83,8 +85,10 @@ class ManifestDataset(Dataset):
             rows = m.indices(split)
             if not len(rows):
                 # name what the manifest has: a typo'd or absent split is a config error, not a crash
-                raise ManifestError(f"{m.source}: no rows with split {split!r}; expected one of the "
-                                    f"manifest's splits {sorted(set(m.splits.tolist()))}")
+                raise ManifestError(
+                    f"{m.source}: no rows with split {split!r}; expected one of the "
+                    f"manifest's splits {sorted(set(m.splits.tolist()))}"
+                )
         else:
             rows = np.arange(len(m))
         self.root = str(m.root)

@@ -10,8 +10,8 @@ instead of decoding every image anew: the same bytes, so no result changes.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -28,9 +28,13 @@ def write_decoded(folder: Path, paths: Sequence[str], sizes: Sequence[tuple[int,
 
     images = [load_image(folder / p) for p in paths]
     pixels = np.concatenate([img.reshape(-1).numpy() for img in images]) if images else np.zeros(0, np.uint8)
-    np.savez(folder / DECODED_NAME, pixels=pixels, paths=np.asarray(list(paths), dtype=str),
-             heights=np.asarray([img.shape[1] for img in images], dtype=np.int64),
-             widths=np.asarray([img.shape[2] for img in images], dtype=np.int64))
+    np.savez(
+        folder / DECODED_NAME,
+        pixels=pixels,
+        paths=np.asarray(list(paths), dtype=str),
+        heights=np.asarray([img.shape[1] for img in images], dtype=np.int64),
+        widths=np.asarray([img.shape[2] for img in images], dtype=np.int64),
+    )
     return True
 
 
@@ -46,5 +50,6 @@ def read_decoded(folder: str | os.PathLike) -> dict[str, np.ndarray]:
     if pixels.dtype != np.uint8 or len(paths) != len(ends) or (len(ends) and ends[-1] != len(pixels)):
         return {}
     starts = ends - 3 * heights * widths
-    return {str(p): pixels[s:e].reshape(3, int(h), int(w))
-            for p, s, e, h, w in zip(paths, starts, ends, heights, widths)}
+    return {
+        str(p): pixels[s:e].reshape(3, int(h), int(w)) for p, s, e, h, w in zip(paths, starts, ends, heights, widths)
+    }

@@ -21,7 +21,8 @@ image is resized in float32 and rounded on CUDA where the CPU has an integer ker
 from __future__ import annotations
 
 import warnings
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import torch
 
@@ -30,11 +31,21 @@ from .transforms import BNINCEPTION_MEAN_BGR, IMAGENET_MEAN, IMAGENET_STD, Norma
 
 
 class DevicePipeline:
-    def __init__(self, train: bool, size: int = 224, *, resize: int | None = None,
-                 resize_mode: Literal["short", "square"] = "short", normalization: Normalization = "imagenet",
-                 scale: Sequence[float] = (0.08, 1.0), ratio: Sequence[float] = (3 / 4, 4 / 3),
-                 train_resize: int | None = None, train_crop: Literal["rrc", "random"] = "rrc",
-                 hflip: float = 0.5, device: str | torch.device = "cuda"):
+    def __init__(
+        self,
+        train: bool,
+        size: int = 224,
+        *,
+        resize: int | None = None,
+        resize_mode: Literal["short", "square"] = "short",
+        normalization: Normalization = "imagenet",
+        scale: Sequence[float] = (0.08, 1.0),
+        ratio: Sequence[float] = (3 / 4, 4 / 3),
+        train_resize: int | None = None,
+        train_crop: Literal["rrc", "random"] = "rrc",
+        hflip: float = 0.5,
+        device: str | torch.device = "cuda",
+    ):
         from torchvision.transforms import v2  # deferred: torchvision, only where a pipeline is built
 
         self.device = usable_device(device)
@@ -118,8 +129,10 @@ def usable_device(device: str | torch.device) -> torch.device:
     """`device` as a torch.device; one clear line where it is CUDA and torch sees no GPU."""
     device = torch.device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device-side decoding on {device} was requested but torch sees no CUDA GPU; "
-                         "decode on the CPU (the data layer's transforms) instead")
+        raise ValueError(
+            f"device-side decoding on {device} was requested but torch sees no CUDA GPU; "
+            "decode on the CPU (the data layer's transforms) instead"
+        )
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"device-side decoding runs on 'cpu' or 'cuda', got {str(device)!r}")
     return device

@@ -21,8 +21,9 @@ NAME = "digits"
 EXPECTED = {"images": 1797, "classes": 10}
 
 
-def prepare_digits(root: str | os.PathLike, *, size: int = 32, force: bool = False, progress: bool = True,
-                   strict_counts: bool = True) -> Path:
+def prepare_digits(
+    root: str | os.PathLike, *, size: int = 32, force: bool = False, progress: bool = True, strict_counts: bool = True
+) -> Path:
     from sklearn.datasets import load_digits  # deferred: scikit-learn, only preparing digits needs it
 
     params = {"size": int(size)}
@@ -46,5 +47,13 @@ def prepare_digits(root: str | os.PathLike, *, size: int = 32, force: bool = Fal
     except BaseException:
         discard_staging(staging)
         raise
-    return finalize(ds_dir, staging, paths, labels, standard_split(labels), expected_counts=EXPECTED,
-                    strict_counts=strict_counts, info={"dataset": NAME, "params": params})
+    return finalize(
+        ds_dir,
+        staging,
+        paths,
+        labels,
+        standard_split(labels),
+        expected_counts=EXPECTED,
+        strict_counts=strict_counts,
+        info={"dataset": NAME, "params": params},
+    )

@@ -34,9 +34,17 @@ class _Restart(Exception):
 def md5sum(path: str | os.PathLike, progress: bool = False) -> str:
     h = hashlib.md5()
     path = Path(path)
-    with open(path, "rb") as fh, tqdm(
-        total=path.stat().st_size, unit="B", unit_scale=True, desc=f"md5 {path.name}", disable=not progress, leave=False
-    ) as bar:
+    with (
+        open(path, "rb") as fh,
+        tqdm(
+            total=path.stat().st_size,
+            unit="B",
+            unit_scale=True,
+            desc=f"md5 {path.name}",
+            disable=not progress,
+            leave=False,
+        ) as bar,
+    ):
         for block in iter(lambda: fh.read(CHUNK), b""):
             h.update(block)
             bar.update(len(block))
@@ -79,10 +87,18 @@ def _fetch(url: str, part: Path, timeout: float, progress: bool) -> None:
         length = resp.headers.get("Content-Length")
         total = have + int(length) if length is not None else None
         done = have
-        with open(part, mode) as fh, tqdm(
-            total=total, initial=have, unit="B", unit_scale=True, desc=part.name[: -len(".part")],
-            disable=not progress, leave=False,
-        ) as bar:
+        with (
+            open(part, mode) as fh,
+            tqdm(
+                total=total,
+                initial=have,
+                unit="B",
+                unit_scale=True,
+                desc=part.name[: -len(".part")],
+                disable=not progress,
+                leave=False,
+            ) as bar,
+        ):
             while True:
                 try:
                     block = resp.read(CHUNK)
@@ -140,8 +156,12 @@ def download(
             f"the file by other means and place it at {dest} (or pass its path with --archive)."
         ) from last
     try:
-        verify_md5(part, md5, progress=progress,
-                   hint=f"The partial download was deleted; rerun to download {url} again, or place a good copy at {dest}.")
+        verify_md5(
+            part,
+            md5,
+            progress=progress,
+            hint=f"The partial download was deleted; rerun to download {url} again, or place a good copy at {dest}.",
+        )
     except ChecksumError as e:
         part.unlink(missing_ok=True)
         raise ChecksumError(str(e).replace(str(part), f"{dest} (downloaded from {url})")) from None

@@ -45,11 +45,15 @@ def read_idx(path: str | Path, magic: int, ndim: int) -> np.ndarray:
         with gzip.open(path, "rb") as fh:
             data = fh.read()
     except EOFError as e:
-        raise IdxError(f"{path.name}: truncated gzip stream ({e}); expected the complete gzip-compressed IDX "
-                       f"{content} file of the official release") from None
+        raise IdxError(
+            f"{path.name}: truncated gzip stream ({e}); expected the complete gzip-compressed IDX "
+            f"{content} file of the official release"
+        ) from None
     except (OSError, zlib.error) as e:
-        raise IdxError(f"{path.name}: not a readable gzip file ({e}); expected the gzip-compressed IDX {content} "
-                       "file of the official release") from None
+        raise IdxError(
+            f"{path.name}: not a readable gzip file ({e}); expected the gzip-compressed IDX {content} "
+            "file of the official release"
+        ) from None
     return parse_idx(data, path.name, magic, ndim)
 
 
@@ -59,18 +63,23 @@ def parse_idx(data: bytes, name: str, magic: int, ndim: int) -> np.ndarray:
     content = "images" if magic == IMAGES_MAGIC else "labels"
     header = 4 * (1 + ndim)
     if len(data) < header:
-        raise IdxError(f"{name}: truncated header: {len(data)} bytes, expected at least {header} "
-                       f"(magic and {ndim} dimension(s))")
+        raise IdxError(
+            f"{name}: truncated header: {len(data)} bytes, expected at least {header} (magic and {ndim} dimension(s))"
+        )
     got = int.from_bytes(data[:4], "big")
     if got != magic:
-        raise IdxError(f"{name}: bad magic number {got}, expected {magic} (IDX {content}, uint8, {ndim}-d); "
-                       "the file is not the official release, or images and labels are swapped")
+        raise IdxError(
+            f"{name}: bad magic number {got}, expected {magic} (IDX {content}, uint8, {ndim}-d); "
+            "the file is not the official release, or images and labels are swapped"
+        )
     dims = tuple(int(d) for d in np.frombuffer(data, ">u4", ndim, 4))
     size = int(np.prod(dims, dtype=np.int64))
     if len(data) - header != size:
         state = "truncated data" if len(data) - header < size else "trailing bytes"
-        raise IdxError(f"{name}: {state}: the header declares {content} of shape {dims} = {size} bytes, "
-                       f"the file holds {len(data) - header}")
+        raise IdxError(
+            f"{name}: {state}: the header declares {content} of shape {dims} = {size} bytes, "
+            f"the file holds {len(data) - header}"
+        )
     return np.frombuffer(data, np.uint8, size, header).reshape(dims)
 
 
@@ -82,12 +91,16 @@ def read_split(images_path: str | Path, labels_path: str | Path) -> tuple[np.nda
     if images.shape[1:] != (SIDE, SIDE):
         raise IdxError(f"{iname}: images of {images.shape[1]}x{images.shape[2]} px, expected {SIDE}x{SIDE}")
     if len(images) != len(labels):
-        raise IdxError(f"{iname} holds {len(images)} images but {lname} holds {len(labels)} labels; "
-                       "expected one label per image (files of different releases?)")
+        raise IdxError(
+            f"{iname} holds {len(images)} images but {lname} holds {len(labels)} labels; "
+            "expected one label per image (files of different releases?)"
+        )
     bad = np.flatnonzero(labels >= NUM_CLASSES)
     if len(bad):
-        raise IdxError(f"{lname}: label {int(labels[bad[0]])} at index {int(bad[0])} ({len(bad)} such); "
-                       f"expected 0-{NUM_CLASSES - 1}")
+        raise IdxError(
+            f"{lname}: label {int(labels[bad[0]])} at index {int(bad[0])} ({len(bad)} such); "
+            f"expected 0-{NUM_CLASSES - 1}"
+        )
     return images, labels
 
 
@@ -98,8 +111,9 @@ def read_idx_layout(staging: Path, *, progress: bool = True) -> Rows:
     before the first PNG is written."""
     splits = {s: read_split(staging / RAW_DIR / img, staging / RAW_DIR / lab) for s, (img, lab) in FILES.items()}
     paths, labels, names = [], [], []
-    with tqdm(total=sum(len(lab) for _, lab in splits.values()), desc="write PNGs", unit="img",
-              disable=not progress) as bar:
+    with tqdm(
+        total=sum(len(lab) for _, lab in splits.values()), desc="write PNGs", unit="img", disable=not progress
+    ) as bar:
         for split, (images, labs) in splits.items():
             for c in range(NUM_CLASSES):
                 (staging / "images" / split / str(c)).mkdir(parents=True, exist_ok=True)

@@ -14,8 +14,9 @@ from __future__ import annotations
 import csv
 import io
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
@@ -23,7 +24,9 @@ from ..atomic import atomic_write_text
 from .manifest import Manifest, ManifestError, read_manifest
 
 
-def corrupt_labels(labels: Sequence[int], seed: int, rate: float = 0.2, mode: Literal["other", "any"] = "other") -> np.ndarray:
+def corrupt_labels(
+    labels: Sequence[int], seed: int, rate: float = 0.2, mode: Literal["other", "any"] = "other"
+) -> np.ndarray:
     """Return a copy of ``labels`` with ``round(rate * n)`` entries replaced (see module doc)."""
     labels = np.asarray(labels, dtype=np.int64)
     if not 0.0 <= rate <= 1.0:

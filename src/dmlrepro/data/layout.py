@@ -4,8 +4,8 @@ benchmarks, their layout readers and the prepare driver; docs/data.md)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 
 class LayoutError(RuntimeError):

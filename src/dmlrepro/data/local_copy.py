@@ -17,8 +17,8 @@ import io
 import lzma
 import tarfile
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from .idx import IMAGES_MAGIC, LABELS_MAGIC, SIDE, IdxError, idx_format, parse_idx
 from .layout import MissingFileError
@@ -94,11 +94,19 @@ def _is_idx_file(path: Path, head: bytes) -> bool:
 
 def _from_folder(folder: Path, names: list[str]) -> dict[str, tuple[bytes, str]]:
     candidates = {n for name in names for n in (name, f"{name}.gz")}
-    where = next((folder / sub for sub in SUBFOLDERS if (folder / sub).is_dir()
-                  and any((folder / sub / n).is_file() for n in candidates)), None)
+    where = next(
+        (
+            folder / sub
+            for sub in SUBFOLDERS
+            if (folder / sub).is_dir() and any((folder / sub / n).is_file() for n in candidates)
+        ),
+        None,
+    )
     if where is None:
-        raise MissingFileError(f"{folder}: none of {', '.join(names)} (gzipped or not) in it or in its "
-                               f"sub-folders {', '.join(SUBFOLDERS[1:])}; expected {WHAT}")
+        raise MissingFileError(
+            f"{folder}: none of {', '.join(names)} (gzipped or not) in it or in its "
+            f"sub-folders {', '.join(SUBFOLDERS[1:])}; expected {WHAT}"
+        )
     out = {}
     for name in names:
         path = next((where / n for n in (name, f"{name}.gz") if (where / n).is_file()), None)
@@ -118,14 +126,18 @@ def _from_tar(path: Path | str, names: list[str], fileobj: io.BytesIO | None = N
         with tarfile.open(name=None if fileobj else path, fileobj=fileobj, mode="r:*") as tf:
             members = [m for m in tf.getmembers() if m.isfile()]
             for name in names:  # the uncompressed copy first, where both are there
-                hits = sorted((m for m in members if Path(m.name).name in (name, f"{name}.gz")),
-                              key=lambda m: m.name.endswith(".gz"))
+                hits = sorted(
+                    (m for m in members if Path(m.name).name in (name, f"{name}.gz")),
+                    key=lambda m: m.name.endswith(".gz"),
+                )
                 picked[name] = hits[0].name if hits else None
                 if hits:
                     out[name] = (tf.extractfile(hits[0]).read(), f"{path}:{hits[0].name}")
     except (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError, OSError) as e:
-        raise IdxError(f"{path}: not a complete .tgz/.tar archive ({type(e).__name__}: {e}); it is truncated "
-                       "or corrupt: fetch it again") from None
+        raise IdxError(
+            f"{path}: not a complete .tgz/.tar archive ({type(e).__name__}: {e}); it is truncated "
+            "or corrupt: fetch it again"
+        ) from None
     missing = [name for name, member in picked.items() if member is None]
     if missing:
         raise MissingFileError(f"{path}: holds no {missing[0]} (or {missing[0]}.gz); expected {WHAT}")
@@ -140,19 +152,21 @@ def _from_deb(path: Path, names: list[str]) -> dict[str, tuple[bytes, str]]:
         raise IdxError(f"{path}: cannot be read ({e.strerror})") from None
     pos = len(AR_MAGIC)
     while pos + 60 <= len(blob):
-        header = blob[pos:pos + 60]
+        header = blob[pos : pos + 60]
         member = header[:16].decode("ascii", "replace").strip().rstrip("/")
         try:
             size = int(header[48:58])
         except ValueError:
             break
-        data = blob[pos + 60:pos + 60 + size]
+        data = blob[pos + 60 : pos + 60 + size]
         if member.startswith("data.tar"):
             if len(data) < size:
                 break
             if member.endswith(".zst"):
-                raise IdxError(f"{path}: its {member} is zstd-compressed, which Python's tarfile cannot read; "
-                               "unpack it with `dpkg-deb -x FILE DIR` and pass DIR")
+                raise IdxError(
+                    f"{path}: its {member} is zstd-compressed, which Python's tarfile cannot read; "
+                    "unpack it with `dpkg-deb -x FILE DIR` and pass DIR"
+                )
             return _from_tar(f"{path}:{member}", names, fileobj=io.BytesIO(data))
         pos += 60 + size + size % 2
     raise IdxError(f"{path}: a truncated or corrupt .deb (no complete data.tar member); fetch it again")
@@ -177,13 +191,16 @@ def _check_idx(content: bytes, name: str, origin: str) -> None:
         raise IdxError(f"{origin}: images of {array.shape[1]}x{array.shape[2]} px, expected {SIDE}x{SIDE}")
 
 
-def _check_md5(content: bytes, expected: str | None, name: str, origin: str, title: str,
-               known: Mapping[str, str]) -> None:
+def _check_md5(
+    content: bytes, expected: str | None, name: str, origin: str, title: str, known: Mapping[str, str]
+) -> None:
     if expected is None:
         return
     got = hashlib.md5(content).hexdigest()
     if got == expected.lower():
         return
     what = f"it is {known[got]}" if got in known else "a different or modified copy"
-    raise IdxError(f"{origin}: MD5 of the uncompressed file is {got}, expected {expected} ({title}'s {name}): "
-                   f"{what}; pass the genuine files (docs/data.md)")
+    raise IdxError(
+        f"{origin}: MD5 of the uncompressed file is {got}, expected {expected} ({title}'s {name}): "
+        f"{what}; pass the genuine files (docs/data.md)"
+    )

@@ -22,9 +22,9 @@ from __future__ import annotations
 import csv
 import io
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -89,7 +89,9 @@ def write_manifest(
     path = Path(path)
     n = len(paths)
     if not (len(labels) == n and len(splits) == n and (item_ids is None or len(item_ids) == n)):
-        raise ManifestError(f"{path}: columns have different lengths ({n} paths, {len(labels)} labels, {len(splits)} splits)")
+        raise ManifestError(
+            f"{path}: columns have different lengths ({n} paths, {len(labels)} labels, {len(splits)} splits)"
+        )
     bad = sorted(set(splits) - set(SPLITS))
     if bad:
         raise ManifestError(f"{path}: unknown split name(s) {bad}; expected one of {SPLITS}")
@@ -128,7 +130,9 @@ def read_manifest(path: str | os.PathLike, root: str | os.PathLike | None = None
             raise ManifestError(f"{path}: empty file; expected header {','.join(REQUIRED_COLUMNS)}") from None
         missing = [c for c in REQUIRED_COLUMNS if c not in header]
         if missing:
-            raise ManifestError(f"{path}: missing column(s) {missing}; header is {header}, expected {list(REQUIRED_COLUMNS)}")
+            raise ManifestError(
+                f"{path}: missing column(s) {missing}; header is {header}, expected {list(REQUIRED_COLUMNS)}"
+            )
         ip, il, isp = (header.index(c) for c in REQUIRED_COLUMNS)
         ii = header.index("item_id") if "item_id" in header else None
         paths, labels, splits, items = [], [], [], []

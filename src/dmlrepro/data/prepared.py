@@ -17,8 +17,8 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from ..atomic import atomic_write_text, remove_path
 from .decoded import DECODED_NAME, write_decoded
@@ -131,7 +131,9 @@ def finalize(
             target = ds_dir / child.name
             remove_path(target)  # leftover of an interrupted earlier run (no manifest)
             os.replace(child, target)
-        atomic_write_text(ds_dir / INFO_NAME, json.dumps({**(info or {}), "counts": counts}, indent=2, sort_keys=True) + "\n")
+        atomic_write_text(
+            ds_dir / INFO_NAME, json.dumps({**(info or {}), "counts": counts}, indent=2, sort_keys=True) + "\n"
+        )
         os.replace(staged_manifest, ds_dir / MANIFEST_NAME)  # the completion marker, last
     finally:
         discard_staging(staging)
@@ -185,7 +187,7 @@ def read_image_sizes(folder: str | os.PathLike) -> dict[str, tuple[int, int]]:
 def load_prepared(root: str | os.PathLike, name: str) -> Manifest:
     """The prepared manifest, refused when its totals differ from those recorded at preparation
     (``prepare_info.json``): a manifest cut at a line end (a crash of a non-atomic writer, a partial
-    copy) still parses, and training would silently use fewer images (found by tests/faults).
+    copy) still parses, and training would silently use fewer images.
     Totals only: a split may be re-labelled on purpose (query/gallery)."""
     manifest = read_manifest(manifest_path(root, name))
     info_path = dataset_dir(root, name) / INFO_NAME
@@ -195,9 +197,14 @@ def load_prepared(root: str | os.PathLike, name: str) -> Manifest:
         return manifest  # nothing recorded to compare with (e.g. a dataset prepared by hand)
     got = manifest.counts()
     if isinstance(recorded, dict) and any(recorded.get(k) != got[k] for k in ("images", "classes")):
-        bad = "; ".join(f"{k}: {got[k]} (manifest) vs {recorded.get(k)} (prepared)" for k in ("images", "classes")
-                        if got[k] != recorded.get(k))
-        raise ManifestError(f"{manifest.source} does not match {info_path} ({bad}): the manifest is truncated "
-                            f"or was edited; prepare the dataset again (delete {manifest.source}, or "
-                            f"`python -m dmlrepro.data.cli prepare {name} --root {root} --force`)")
+        bad = "; ".join(
+            f"{k}: {got[k]} (manifest) vs {recorded.get(k)} (prepared)"
+            for k in ("images", "classes")
+            if got[k] != recorded.get(k)
+        )
+        raise ManifestError(
+            f"{manifest.source} does not match {info_path} ({bad}): the manifest is truncated "
+            f"or was edited; prepare the dataset again (delete {manifest.source}, or "
+            f"`python -m dmlrepro.data.cli prepare {name} --root {root} --force`)"
+        )
     return manifest

@@ -20,8 +20,8 @@ MNIST and Fashion-MNIST keep the official train/test files: the same 10 classes 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from .benchmarks import BENCHMARKS, prepare_benchmark
 from .digits import prepare_digits
@@ -37,8 +37,10 @@ def describe(name: str) -> str:
     if name in BENCHMARKS:
         b = BENCHMARKS[name]
         return f"{b.title}: {b.placement}"
-    return {"synthetic": "generated fine-grained shapes (seeded, no network)",
-            "digits": "scikit-learn handwritten digits, upsampled (no network)"}[name]
+    return {
+        "synthetic": "generated fine-grained shapes (seeded, no network)",
+        "digits": "scikit-learn handwritten digits, upsampled (no network)",
+    }[name]
 
 
 def prepare(
@@ -65,16 +67,35 @@ def prepare(
     """
     _check_known(name)
     with preparation_lock(dataset_dir(root, name)):
-        return _prepare(name, root, urls=urls, archives=archives, md5=md5, strict_counts=strict_counts,
-                        force=force, progress=progress, source=source, **params)
+        return _prepare(
+            name,
+            root,
+            urls=urls,
+            archives=archives,
+            md5=md5,
+            strict_counts=strict_counts,
+            force=force,
+            progress=progress,
+            source=source,
+            **params,
+        )
 
 
 def _prepare(name, root, *, urls, archives, md5, strict_counts, force, progress, source, **params) -> Path:
     if name in BENCHMARKS:
         if params:
             raise TypeError(f"dataset {name!r} takes no parameters {sorted(params)}")
-        return prepare_benchmark(BENCHMARKS[name], root, urls=urls, archives=archives, md5=md5,
-                                 strict_counts=strict_counts, force=force, progress=progress, source=source)
+        return prepare_benchmark(
+            BENCHMARKS[name],
+            root,
+            urls=urls,
+            archives=archives,
+            md5=md5,
+            strict_counts=strict_counts,
+            force=force,
+            progress=progress,
+            source=source,
+        )
     if urls or archives or md5 or source is not None:
         raise TypeError(f"dataset {name!r} is embedded; it takes no urls, archives, md5 or --from")
     if name == "synthetic":

@@ -14,7 +14,7 @@ call ``set_epoch(epoch, start_batch=i)`` before iterating to get that epoch's ba
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -67,14 +67,15 @@ class RandomBatchSampler(_ResumableBatchSampler):
         return [perm[i * self.batch_size : (i + 1) * self.batch_size].tolist() for i in range(self.num_batches())]
 
 
-def pml_m_per_class_indices(labels: Sequence[int], m: int, batch_size: int, length_before_new_iter: int,
-                            rng: np.random.RandomState) -> list[int]:
+def pml_m_per_class_indices(
+    labels: Sequence[int], m: int, batch_size: int, length_before_new_iter: int, rng: np.random.RandomState
+) -> list[int]:
     """One pass of pytorch-metric-learning's ``MPerClassSampler(labels, m, batch_size,
     length_before_new_iter)``: the same index sequence as its ``__iter__`` when its module-level
     ``c_f.NUMPY_RANDOM`` is ``rng`` (tests/data/test_samplers.py compares the two). Defined here so
-    that a training job does not import ``pytorch_metric_learning.samplers``: its package import
-    (testers: scikit-learn, pandas, scipy.stats) took 1.05-1.18 CPU-s after torch and torchvision
-    (pytorch-metric-learning 2.9.0, 2-core CPU), a tenth of a miniature training job.
+    that a training job does not import ``pytorch_metric_learning.samplers``, whose package import
+    pulls in scikit-learn, pandas and scipy.stats (its testers), a cost a miniature training job
+    feels (docs/benchmarks.md#the-embedded-default-cpu-seconds-by-job-kind).
 
     As PML: classes in first-appearance order, the image count rounded down to a multiple of
     ``batch_size``; per batch the class list is shuffled in place (``rng.shuffle``), its first
@@ -101,7 +102,9 @@ class MPerClassBatchSampler(_ResumableBatchSampler):
     multiple of ``batch_size`` as PML does; MLRC's "100 iterations per epoch" is 100 * batch_size.
     """
 
-    def __init__(self, labels: Sequence[int], m: int, batch_size: int, seed: int = 0, length_before_new_iter: int | None = None):
+    def __init__(
+        self, labels: Sequence[int], m: int, batch_size: int, seed: int = 0, length_before_new_iter: int | None = None
+    ):
         super().__init__(seed)
         labels = np.asarray(labels.numpy() if isinstance(labels, torch.Tensor) else labels)
         n_classes = len(np.unique(labels))

@@ -48,8 +48,11 @@ def sanity_recall(manifest: Manifest | str | os.PathLike, split: str = "test", s
     ds = ManifestDataset(m, split=split)
     x = _images(ds)
     labels = ds.labels
-    out = {"n": len(ds), "classes": int(len(np.unique(labels))), "chance": float(np.mean([
-        (np.sum(labels == l) - 1) / (len(labels) - 1) for l in labels]))}
+    out = {
+        "n": len(ds),
+        "classes": int(len(np.unique(labels))),
+        "chance": float(np.mean([(np.sum(labels == label) - 1) / (len(labels) - 1) for label in labels])),
+    }
     out["r1_pixels"] = recall_at_1(x.flatten(1).numpy(), labels)
     mean, std = x.mean((0, 2, 3), keepdim=True), x.std((0, 2, 3), keepdim=True)
     with torch.no_grad():

@@ -17,7 +17,8 @@
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -29,7 +30,7 @@ def standard_split(labels: Sequence[int], n_train_classes: int | None = None) ->
     classes = np.unique(np.asarray(labels))
     n_train = len(classes) // 2 if n_train_classes is None else n_train_classes
     train = set(classes[:n_train].tolist())
-    return ["train" if int(l) in train else "test" for l in labels]
+    return ["train" if int(label) in train else "test" for label in labels]
 
 
 def kfold_class_splits(
@@ -42,7 +43,9 @@ def kfold_class_splits(
     classes = np.unique(np.asarray(train_classes))
     c = len(classes)
     if n_folds < 2 or c < n_folds:
-        raise ValueError(f"kfold_class_splits: need 2 <= n_folds <= number of classes, got n_folds={n_folds}, classes={c}")
+        raise ValueError(
+            f"kfold_class_splits: need 2 <= n_folds <= number of classes, got n_folds={n_folds}, classes={c}"
+        )
     folds = []
     if scheme == "mlrc":
         # MLRCSplitManager sizes the splits on all classes (train+val+test), then drops test.
@@ -83,7 +86,7 @@ def sample_holdout(labels: Sequence[int], fraction: float = 0.1) -> tuple[np.nda
     for c in np.unique(labels):
         class_rows = np.flatnonzero(labels == c)
         n_val = min(max(int(round(len(class_rows) * fraction)), 1), len(class_rows) - 1)
-        val.append(class_rows[len(class_rows) - n_val:])
+        val.append(class_rows[len(class_rows) - n_val :])
     val = np.sort(np.concatenate(val)) if val else np.zeros(0, dtype=int)
     return np.setdiff1d(np.arange(len(labels)), val), val
 

@@ -5,10 +5,10 @@ Design (what a DML method must learn):
 * Classes come in *families* of ``family_size`` (default 4). Each class has ``modes`` (default 2)
   visually distinct sub-modes: per mode a different shape (of 8 kinds), a hue spread round the
   colour circle (1/modes apart, +-0.1) and an optional inset of a second colour. The classes of
-  one family share all of that; they differ only by small marker dots in the glyph's frame: class j of a family has ``1 + j // 2`` dots in a row, above the
-  centre for even j and below it for odd j — a fine difference between classes next to a large
-  intra-class one (two modes). The cue is symmetric under a horizontal flip, so the standard
-  train augmentation (RandomResizedCrop + flip) does not turn one class into another.
+  one family share all of that; they differ only by small marker dots in the glyph's frame: class j of a family
+  has ``1 + j // 2`` dots in a row, above the centre for even j and below it for odd j — a fine difference
+  between classes next to a large intra-class one (two modes). The cue is symmetric under a horizontal flip,
+  so the standard train augmentation (RandomResizedCrop + flip) does not turn one class into another.
 * Nuisance per image: pose (rotation +-30 degrees, scale 0.7-1.0, translation +-15 %), colour
   (hue +-0.04, saturation, brightness), a random two-colour gradient background, 3-6 clutter
   shapes behind the glyph, one clutter line in front, pixel noise (sigma 6).
@@ -30,7 +30,16 @@ import numpy as np
 from PIL import Image, ImageDraw
 from tqdm.auto import tqdm
 
-from .prepared import dataset_dir, finalize, is_prepared, manifest_path, new_staging, discard_staging, unprepare, INFO_NAME
+from .prepared import (
+    INFO_NAME,
+    dataset_dir,
+    discard_staging,
+    finalize,
+    is_prepared,
+    manifest_path,
+    new_staging,
+    unprepare,
+)
 from .splits import standard_split
 
 NAME = "synthetic"
@@ -53,7 +62,9 @@ def _unit_polygon(kind: str) -> np.ndarray:
         return np.stack([r * np.cos(t), r * np.sin(t)], 1)
     if kind == "cross":
         a, b = 0.32, 1.0
-        return np.array([[-a, b], [a, b], [a, a], [b, a], [b, -a], [a, -a], [a, -b], [-a, -b], [-a, -a], [-b, -a], [-b, a], [-a, a]])
+        return np.array(
+            [[-a, b], [a, b], [a, a], [b, a], [b, -a], [a, -a], [a, -b], [-a, -b], [-a, -a], [-b, -a], [-b, a], [-a, a]]
+        )
     if kind == "diamond":
         return np.array([[0.0, 1.0], [0.6, 0.0], [0.0, -1.0], [-0.6, 0.0]])
     if kind == "bar":
@@ -80,13 +91,15 @@ def class_specs(num_classes: int, modes: int, family_size: int, seed: int) -> li
         shapes = rng.permutation(len(SHAPES))
         h0 = rng.random()
         for k in range(modes):
-            fam_modes.append(dict(
-                shape=SHAPES[shapes[k % len(SHAPES)]],
-                hue=float((h0 + k / modes + rng.uniform(-0.1, 0.1)) % 1.0),
-                inset=bool(rng.random() < 0.5),
-                inset_hue=float(rng.random()),
-                marker_dark=bool(rng.random() < 0.5),
-            ))
+            fam_modes.append(
+                dict(
+                    shape=SHAPES[shapes[k % len(SHAPES)]],
+                    hue=float((h0 + k / modes + rng.uniform(-0.1, 0.1)) % 1.0),
+                    inset=bool(rng.random() < 0.5),
+                    inset_hue=float(rng.random()),
+                    marker_dark=bool(rng.random() < 0.5),
+                )
+            )
         for j in range(family_size):
             if len(specs) < num_classes:
                 specs.append(dict(family=f, modes=fam_modes, dots=1 + j // 2, dots_up=(j % 2 == 0)))
@@ -115,17 +128,30 @@ def render(spec: dict, size: int, rng: np.random.Generator) -> Image.Image:
     for _ in range(int(rng.integers(3, 7))):
         kind = SHAPES[rng.integers(len(SHAPES))]
         col = _hsv(rng.random(), rng.uniform(0.2, 1.0), rng.uniform(0.3, 1.0))
-        d.polygon(_place(_POLY[kind], rng.uniform(0, S), rng.uniform(0, S), rng.uniform(0.06, 0.18) * S, rng.uniform(0, 2 * np.pi)), fill=col)
+        d.polygon(
+            _place(
+                _POLY[kind],
+                rng.uniform(0, S),
+                rng.uniform(0, S),
+                rng.uniform(0.06, 0.18) * S,
+                rng.uniform(0, 2 * np.pi),
+            ),
+            fill=col,
+        )
     # the class glyph (one of the class's modes)
     mode = spec["modes"][rng.integers(len(spec["modes"]))]
     rot = np.deg2rad(rng.uniform(-30, 30))
     r = S * 0.36 * rng.uniform(0.7, 1.0)
     cx, cy = S / 2 + rng.uniform(-0.15, 0.15) * S, S / 2 + rng.uniform(-0.15, 0.15) * S
     hue = mode["hue"] + rng.uniform(-0.04, 0.04)
-    d.polygon(_place(_POLY[mode["shape"]], cx, cy, r, rot), fill=_hsv(hue, rng.uniform(0.6, 1.0), rng.uniform(0.6, 1.0)))
+    d.polygon(
+        _place(_POLY[mode["shape"]], cx, cy, r, rot), fill=_hsv(hue, rng.uniform(0.6, 1.0), rng.uniform(0.6, 1.0))
+    )
     if mode["inset"]:
-        d.polygon(_place(_POLY[mode["shape"]], cx, cy, 0.45 * r, rot),
-                  fill=_hsv(mode["inset_hue"] + rng.uniform(-0.04, 0.04), rng.uniform(0.6, 1.0), rng.uniform(0.6, 1.0)))
+        d.polygon(
+            _place(_POLY[mode["shape"]], cx, cy, 0.45 * r, rot),
+            fill=_hsv(mode["inset_hue"] + rng.uniform(-0.04, 0.04), rng.uniform(0.6, 1.0), rng.uniform(0.6, 1.0)),
+        )
     # the fine, class-specific cue: 1-3 dots in a row above or below the centre, glyph frame
     v = rng.uniform(0.0, 0.15) if mode["marker_dark"] else rng.uniform(0.9, 1.0)
     n, mr = spec["dots"], max(0.17 * r, 2.0)
@@ -148,11 +174,21 @@ def save_png(img: Image.Image, path: Path) -> None:
     img.save(path, format="PNG", compress_level=6, optimize=False)
 
 
-def generate(staging: Path, num_classes: int, images_per_class: int, size: int, seed: int, modes: int,
-             family_size: int, progress: bool = True) -> tuple[list[str], list[int]]:
+def generate(
+    staging: Path,
+    num_classes: int,
+    images_per_class: int,
+    size: int,
+    seed: int,
+    modes: int,
+    family_size: int,
+    progress: bool = True,
+) -> tuple[list[str], list[int]]:
     if num_classes < 2 or images_per_class < 2 or size < 8 or modes < 1 or family_size < 1:
-        raise ValueError(f"synthetic: invalid parameters num_classes={num_classes}, images_per_class={images_per_class}, "
-                         f"size={size}, modes={modes}, family_size={family_size}")
+        raise ValueError(
+            f"synthetic: invalid parameters num_classes={num_classes}, images_per_class={images_per_class}, "
+            f"size={size}, modes={modes}, family_size={family_size}"
+        )
     specs = class_specs(num_classes, modes, family_size, seed)
     paths, labels = [], []
     with tqdm(total=num_classes * images_per_class, desc="generate synthetic", unit="img", disable=not progress) as bar:
@@ -176,7 +212,9 @@ def _info_matches(ds_dir: Path, params: dict) -> bool:
         return False
 
 
-def prepare_synthetic(root: str | os.PathLike, *, force: bool = False, progress: bool = True, name: str = NAME, **params) -> Path:
+def prepare_synthetic(
+    root: str | os.PathLike, *, force: bool = False, progress: bool = True, name: str = NAME, **params
+) -> Path:
     """Generate (or reuse, if prepared with the same parameters) ``<root>/synthetic``."""
     bad = set(params) - set(DEFAULTS)
     if bad:
@@ -194,8 +232,14 @@ def prepare_synthetic(root: str | os.PathLike, *, force: bool = False, progress:
     except BaseException:
         discard_staging(staging)
         raise
-    return finalize(ds_dir, staging, paths, labels, standard_split(labels),
-                    info={"dataset": name, "params": p, "generation_seconds": round(seconds, 2)})
+    return finalize(
+        ds_dir,
+        staging,
+        paths,
+        labels,
+        standard_split(labels),
+        info={"dataset": name, "params": p, "generation_seconds": round(seconds, 2)},
+    )
 
 
 def class_keys(num_classes: int, seed: int, **_: object) -> set[tuple[int, int]]:
@@ -205,12 +249,16 @@ def class_keys(num_classes: int, seed: int, **_: object) -> set[tuple[int, int]]
     return {(int(seed), c) for c in range(int(num_classes))}
 
 
-def render_classes(num_classes: int, images_per_class: int, size: int, seed: int, modes: int,
-                   family_size: int) -> tuple[np.ndarray, np.ndarray]:
+def render_classes(
+    num_classes: int, images_per_class: int, size: int, seed: int, modes: int, family_size: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Every image of the classes of a parameter set in memory, ``(N, size, size, 3)`` uint8 and
     their labels: the pixels ``generate`` writes to PNG, without the files."""
     specs = class_specs(num_classes, modes, family_size, seed)
-    images = [np.asarray(render(spec, size, np.random.default_rng([seed, c, i])))
-              for c, spec in enumerate(specs) for i in range(images_per_class)]
+    images = [
+        np.asarray(render(spec, size, np.random.default_rng([seed, c, i])))
+        for c, spec in enumerate(specs)
+        for i in range(images_per_class)
+    ]
     labels = np.repeat(np.arange(num_classes), images_per_class)
     return np.stack(images), labels

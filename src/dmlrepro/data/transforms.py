@@ -16,7 +16,8 @@ too); outputs are float32 tensors (3, size, size).
 
 from __future__ import annotations
 
-from typing import Callable, Literal, Sequence
+from collections.abc import Callable, Sequence
+from typing import Literal
 
 import torch
 from torchvision.transforms import v2
@@ -137,19 +138,25 @@ def _identity_size(train, size, resize, train_resize, train_crop) -> int | None:
 class SquareFastPath:
     """``pipeline`` for a uint8 tensor of ``side`` x ``side``, where its resize and crop do nothing:
     the same flip draw (``torch.rand(1) >= p`` keeps, as v2's random transforms), the same
-    corruption (RSW Table IV) and the same kernels, without v2's per-call dispatch (300 -> 43 us
-    per 32 px training image; bit-identical, tests/data/test_transforms.py). Any other input goes
+    corruption (RSW Table IV) and the same kernels, without v2's per-call dispatch (its cost per small
+    image: docs/benchmarks.md#the-train-and-eval-transform-at-the-output-size-cpu; bit-identical,
+    tests/data/test_transforms.py). Any other input goes
     through ``pipeline``."""
 
-    def __init__(self, pipeline: v2.Compose, side: int, hflip: float, normalize: Callable,
-                 corruption: Callable | None = None) -> None:
+    def __init__(
+        self, pipeline: v2.Compose, side: int, hflip: float, normalize: Callable, corruption: Callable | None = None
+    ) -> None:
         self.pipeline, self.side, self.hflip, self.normalize = pipeline, side, hflip, normalize
         self.corruption = corruption
 
     def _fits(self, img) -> bool:
         """A uint8 (C, side, side) tensor: the input the fast path takes."""
-        return (isinstance(img, torch.Tensor) and img.dtype == torch.uint8 and img.ndim == 3
-                and img.shape[-2:] == (self.side, self.side))
+        return (
+            isinstance(img, torch.Tensor)
+            and img.dtype == torch.uint8
+            and img.ndim == 3
+            and img.shape[-2:] == (self.side, self.side)
+        )
 
     def __call__(self, img):
         if not self._fits(img):
@@ -172,8 +179,9 @@ class SquareFastPath:
         batch = torch.stack([img.as_subclass(torch.Tensor) for img in images])
         if self.hflip > 0:
             gen = torch.Generator()
-            keep = torch.tensor([bool(torch.rand(1, generator=gen.manual_seed(int(seed))) >= self.hflip)
-                                 for seed in seeds])
+            keep = torch.tensor(
+                [bool(torch.rand(1, generator=gen.manual_seed(int(seed))) >= self.hflip) for seed in seeds]
+            )
             batch[~keep] = batch[~keep].flip(-1)
         if self.corruption is not None:  # image by image: each draws from its own bytes' RNG
             batch = torch.stack([self.corruption(img) for img in batch])

@@ -33,9 +33,7 @@ def kmeans_assignments(
     faiss = import_faiss()
     x = to_float32_matrix(embeddings)
     if not 1 <= num_clusters <= x.shape[0]:
-        raise ValueError(
-            f"k-means needs 1 <= num_clusters <= N, got num_clusters={num_clusters}, N={x.shape[0]}"
-        )
+        raise ValueError(f"k-means needs 1 <= num_clusters <= N, got num_clusters={num_clusters}, N={x.shape[0]}")
     km = faiss.Kmeans(
         x.shape[1],
         int(num_clusters),
@@ -56,11 +54,15 @@ def sklearn_kmeans_assignments(embeddings: Any, num_clusters: int, *, seed: int 
 
     x = to_float32_matrix(embeddings)
     if not 1 <= num_clusters <= x.shape[0]:
-        raise ValueError(
-            f"k-means needs 1 <= num_clusters <= N, got num_clusters={num_clusters}, N={x.shape[0]}"
-        )
-    km = KMeans(n_clusters=int(num_clusters), init="k-means++", n_init=int(n_init), max_iter=300,
-                tol=1e-4, random_state=int(seed))
+        raise ValueError(f"k-means needs 1 <= num_clusters <= N, got num_clusters={num_clusters}, N={x.shape[0]}")
+    km = KMeans(
+        n_clusters=int(num_clusters),
+        init="k-means++",
+        n_init=int(n_init),
+        max_iter=300,
+        tol=1e-4,
+        random_state=int(seed),
+    )
     return km.fit(x).labels_.astype(np.int64)
 
 
@@ -102,7 +104,8 @@ def nmi(
 
 # The last few results: a run clusters its final embeddings twice, at its last evaluation and again
 # for metrics.json from the saved file (the same float32 values); k-means is the costly part
-# (scikit-learn's 10 restarts: about 0.5 CPU-s on 1,536 points).
+# (scikit-learn's 10 restarts; its cost:
+# docs/benchmarks.md#the-config-check-without-the-trunk-registry-k-means-once-data-preparation-served-cpu).
 _RECENT: dict[tuple, float] = {}
 _RECENT_SIZE = 4
 
@@ -116,5 +119,4 @@ def nmi_from_config(embeddings: Any, labels: Any, value: Any, seed: int = 0) -> 
     opts = nmi_options(value)
     if opts is None:
         raise ValueError("nmi_from_config: eval.nmi is false")
-    return nmi(embeddings, labels, seed, average_method=opts["average"], kmeans=opts["kmeans"],
-               n_init=opts["n_init"])
+    return nmi(embeddings, labels, seed, average_method=opts["average"], kmeans=opts["kmeans"], n_init=opts["n_init"])

@@ -98,7 +98,5 @@ def load_embeddings(path: str | os.PathLike) -> EmbeddingSet:
         raise ValueError(f"{path}: 'embeddings' must be 2-D, got shape {emb.shape}")
     for key, arr in (("labels", labels), ("indices", indices)):
         if arr.shape != (emb.shape[0],):
-            raise ValueError(
-                f"{path}: '{key}' has shape {arr.shape}, expected ({emb.shape[0]},) like 'embeddings'"
-            )
+            raise ValueError(f"{path}: '{key}' has shape {arr.shape}, expected ({emb.shape[0]},) like 'embeddings'")
     return EmbeddingSet(emb.astype(np.float32, copy=False), labels, indices, split, meta)

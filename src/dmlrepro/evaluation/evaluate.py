@@ -10,8 +10,7 @@ from typing import Any
 
 from ..asap.normalisation import normalize_array
 from ..atomic import write_json_atomic
-from .clustering import nmi as nmi_score
-from .clustering import nmi_options
+from .clustering import nmi as nmi_score, nmi_options
 from .embeddings_io import EmbeddingSet, load_embeddings
 from .retrieval import DEFAULT_KS, compute_retrieval
 
@@ -56,12 +55,23 @@ def evaluate_embeddings_file(
     query = load_embeddings(embeddings_path)
     gallery = load_embeddings(gallery_path) if gallery_path is not None else None
     q_emb, g_emb = _normalised(query, gallery, normalize)
-    out = _record(query, embeddings_path, gallery_path, distance=distance, ks=ks,
-                  nmi_seed=int(nmi_seed) if nmi else None)
+    out = _record(
+        query, embeddings_path, gallery_path, distance=distance, ks=ks, nmi_seed=int(nmi_seed) if nmi else None
+    )
     metrics: dict[str, float] = {}
     if retrieval:
-        res = _retrieval(q_emb, query, g_emb, gallery, embeddings_path, ks=ks, distance=distance, device=device,
-                         backend=backend, chunk_size=chunk_size)
+        res = _retrieval(
+            q_emb,
+            query,
+            g_emb,
+            gallery,
+            embeddings_path,
+            ks=ks,
+            distance=distance,
+            device=device,
+            backend=backend,
+            chunk_size=chunk_size,
+        )
         metrics.update(res.metrics)
         out.update(num_queries=res.num_queries, num_excluded_queries=res.num_excluded)
     if nmi:
@@ -81,8 +91,9 @@ def _normalised(query: EmbeddingSet, gallery: EmbeddingSet | None, mode: str):
     return normalize_array(q_emb, mode), None if g_emb is None else normalize_array(g_emb, mode)
 
 
-def _record(query: EmbeddingSet, embeddings_path, gallery_path, *, distance: str, ks: Sequence[int],
-            nmi_seed: int | None) -> dict[str, Any]:
+def _record(
+    query: EmbeddingSet, embeddings_path, gallery_path, *, distance: str, ks: Sequence[int], nmi_seed: int | None
+) -> dict[str, Any]:
     """metrics.json's fields but the metrics; the query counts stay None without retrieval."""
     return {
         "split": query.split,
@@ -97,8 +108,19 @@ def _record(query: EmbeddingSet, embeddings_path, gallery_path, *, distance: str
     }
 
 
-def _retrieval(q_emb, query: EmbeddingSet, g_emb, gallery: EmbeddingSet | None, embeddings_path, *,
-               ks: Sequence[int], distance: str, device: Any, backend: str, chunk_size: int | None):
+def _retrieval(
+    q_emb,
+    query: EmbeddingSet,
+    g_emb,
+    gallery: EmbeddingSet | None,
+    embeddings_path,
+    *,
+    ks: Sequence[int],
+    distance: str,
+    device: Any,
+    backend: str,
+    chunk_size: int | None,
+):
     """Leave-one-out (no gallery) or query→gallery retrieval; logs the queries without a positive."""
     res = compute_retrieval(
         q_emb,
@@ -124,8 +146,14 @@ def _retrieval(q_emb, query: EmbeddingSet, g_emb, gallery: EmbeddingSet | None, 
 def _nmi(embeddings, labels, nmi: bool | Mapping[str, Any], *, seed: int, average_method: str) -> float:
     """k-means NMI with the ``eval.nmi`` options, or with `average_method` and faiss k-means for ``nmi=True``."""
     opts = nmi_options(nmi) if isinstance(nmi, Mapping) else {"average": average_method, "kmeans": "faiss"}
-    return nmi_score(embeddings, labels, seed=seed, average_method=opts["average"],
-                     kmeans=opts["kmeans"], n_init=opts.get("n_init", 10))
+    return nmi_score(
+        embeddings,
+        labels,
+        seed=seed,
+        average_method=opts["average"],
+        kmeans=opts["kmeans"],
+        n_init=opts.get("n_init", 10),
+    )
 
 
 def _add_extra_metrics(metrics: dict[str, float], extra_metrics: Mapping[str, float] | None) -> None:

@@ -39,9 +39,9 @@ def mean_interclass_distance(embeddings: np.ndarray, labels: np.ndarray, chunk: 
     x, labels = np.asarray(embeddings, dtype=np.float64), np.asarray(labels)
     total, count = 0.0, 0
     for start in range(0, len(x), chunk):
-        block = x[start:start + chunk]
+        block = x[start : start + chunk]
         d = np.sqrt(np.maximum(((block[:, None, :] - x[None, :, :]) ** 2).sum(-1), 0.0))
-        other = labels[start:start + chunk, None] != labels[None, :]
+        other = labels[start : start + chunk, None] != labels[None, :]
         total += float(d[other].sum())
         count += int(other.sum())
     if count == 0:

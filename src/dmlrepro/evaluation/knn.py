@@ -10,13 +10,13 @@ is the k first of the other items in that order. See docs/evaluation.md.
 CUDA). ``faiss-cpu``: faiss ``IndexFlatL2``/``IndexFlatIP``. ``faiss-gpu``: the same index on a GPU,
 used only after a probe search in a subprocess succeeded on that GPU (a faiss wheel without
 kernels for the GPU's architecture aborts the process, which no in-process fallback can catch);
-only on request: dmlrepro installs no faiss GPU build. ``auto``: faiss-cpu on the CPU, torch on CUDA
-(exact, and at SOP size 60-100x faster than faiss-cpu: docs/benchmarks.md). Each backend returns the k + 1 best candidates (the one after the k-th only shows
-whether a tie group crosses the k boundary); :func:`_canonical` orders them by the rule, and rows
-whose k-th and (k+1)-th scores are equal are recomputed by :func:`exact_topk` (int64 keys =
-score bits ‖ index, exact). Both faiss and torch compute float32 scores, so results are identical
-whenever their scores are (e.g. coordinates on a binary lattice, exact duplicates); otherwise two
-float32 implementations may order near-ties (relative gaps ~1e-7) differently.
+only on request: dmlrepro installs no faiss GPU build. ``auto``: faiss-cpu on the CPU, torch on CUDA (exact,
+and at SOP size far faster than faiss-cpu: docs/benchmarks.md#gpu-numbers-so-far). Each backend returns
+the k + 1 best candidates (the one after the k-th only shows whether a tie group crosses the k boundary);
+:func:`_canonical` orders them by the rule, and rows whose k-th and (k+1)-th scores are equal are recomputed
+by :func:`exact_topk` (int64 keys = score bits ‖ index, exact). Both faiss and torch compute float32 scores,
+so results are identical whenever their scores are (e.g. coordinates on a binary lattice, exact duplicates);
+otherwise two float32 implementations may order near-ties (relative gaps ~1e-7) differently.
 
 Memory stays O(N·D + chunk·N) for torch and O(N·D + chunk·k) for faiss: no N×N matrix.
 """
@@ -49,8 +49,8 @@ _CHUNK_ELEMENTS = 2**22
 _CHUNK_MAX_ROWS = 16384
 _CHUNK_MIN_ROWS = 256
 # torch chunk: the (chunk × N) float32 score matrix holds about this many entries.
-# CPU: 2**26 (256 MiB; at SOP size 1,109 query rows, whose matrix product ran as fast as faiss's,
-# where 277 rows (2**24) took 1.3x as long: docs/benchmarks.md); CUDA: 2**27 (512 MiB).
+# CPU: 2**26 (256 MiB; 1,109 query rows at SOP size: with smaller chunks the matrix product runs slower
+# than faiss's, docs/benchmarks.md#retrieval-backends-torch-vs-faiss-cpu); CUDA: 2**27 (512 MiB).
 _TORCH_CHUNK_ELEMENTS = {"cpu": 2**26, "cuda": 2**27}
 
 # The probe run in a fresh interpreter: a tiny exact search on GPU argv[1]; prints "ok" if right.
@@ -205,16 +205,18 @@ def faiss_gpu_usable(gpu: int) -> bool:
 
 def _run_probe(gpu: int) -> bool:
     try:
-        out = subprocess.run([sys.executable, "-c", _PROBE_CODE, str(gpu)], capture_output=True,
-                             text=True, timeout=_PROBE_TIMEOUT_S)
+        out = subprocess.run(
+            [sys.executable, "-c", _PROBE_CODE, str(gpu)], capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         log.warning("faiss GPU probe on GPU %d failed to run (%s): k-NN search uses torch", gpu, err)
         return False
     ok = out.returncode == 0 and out.stdout.strip().endswith("ok")
     if not ok:
         tail = (out.stderr or out.stdout).strip()[-300:]
-        log.warning("faiss GPU probe on GPU %d failed (exit status %s: %s): k-NN search uses torch",
-                    gpu, out.returncode, tail)
+        log.warning(
+            "faiss GPU probe on GPU %d failed (exit status %s: %s): k-NN search uses torch", gpu, out.returncode, tail
+        )
     return ok
 
 
@@ -233,8 +235,10 @@ def resolve_backend(backend: str, dev: Any, search_k: int) -> str:
         return "faiss-cpu"
     faiss, gpu = import_faiss(), dev.index if on_cuda else 0  # "faiss-gpu": a faiss GPU build the user installed
     if faiss_gpu_count(faiss) <= gpu:
-        raise ValueError(f"knn backend 'faiss-gpu' on GPU {gpu} was requested but faiss sees "
-                         f"{faiss_gpu_count(faiss)} GPU(s); use 'torch' (or install a faiss GPU build)")
+        raise ValueError(
+            f"knn backend 'faiss-gpu' on GPU {gpu} was requested but faiss sees "
+            f"{faiss_gpu_count(faiss)} GPU(s); use 'torch' (or install a faiss GPU build)"
+        )
     if search_k > FAISS_GPU_MAX_K:
         raise ValueError(f"knn backend 'faiss-gpu' cannot search k = {search_k} > {FAISS_GPU_MAX_K}")
     if not faiss_gpu_usable(gpu):
@@ -289,7 +293,7 @@ def exact_topk(cost_rows, k: int):
     out_c, out_i = [], []
     step = torch_chunk_size(cost_rows.shape[1], cost_rows.device)
     for s in range(0, cost_rows.shape[0], step):
-        block = cost_rows[s:s + step]
+        block = cost_rows[s : s + step]
         index = torch.arange(block.shape[1], device=block.device).expand_as(block)
         idx = torch.topk(_sort_keys(block, index), k, dim=1, largest=False, sorted=True).values & 0xFFFFFFFF
         out_c.append(torch.gather(block, 1, idx))
@@ -410,9 +414,7 @@ def _faiss_candidates(search: Search, m: int, chunk: int, gpu: int | None):
         index.reset()
 
 
-def _drop_self(
-    indices: np.ndarray, scores: np.ndarray, start: int
-) -> tuple[np.ndarray, np.ndarray]:
+def _drop_self(indices: np.ndarray, scores: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
     """Remove each row's own index (row r of the chunk is item start+r); drop the last column
     for rows whose own index was not returned."""
     n, kp1 = indices.shape
@@ -472,8 +474,9 @@ def iter_knn(
     chunk_size: int | None = None,
 ) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
     """:func:`iter_knn_torch` with numpy ``scores`` (float32) and ``indices`` (int64)."""
-    for start, stop, s, i in iter_knn_torch(query, k, reference, distance=distance, device=device,
-                                            backend=backend, chunk_size=chunk_size):
+    for start, stop, s, i in iter_knn_torch(
+        query, k, reference, distance=distance, device=device, backend=backend, chunk_size=chunk_size
+    ):
         yield start, stop, s.cpu().numpy(), i.cpu().numpy()
 
 
@@ -492,8 +495,9 @@ def knn_search(
     Same semantics as :func:`iter_knn_torch` (self-exclusion when ``reference is None``).
     """
     parts_s, parts_i = [], []
-    for _, _, s, i in iter_knn(query, k, reference, distance=distance, device=device, backend=backend,
-                               chunk_size=chunk_size):
+    for _, _, s, i in iter_knn(
+        query, k, reference, distance=distance, device=device, backend=backend, chunk_size=chunk_size
+    ):
         parts_s.append(s)
         parts_i.append(i)
     return np.concatenate(parts_s), np.concatenate(parts_i)

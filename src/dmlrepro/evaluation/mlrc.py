@@ -30,18 +30,18 @@ def concatenate_fold_embeddings(fold_embeddings: Sequence[Any]) -> np.ndarray:
     n = parts[0].shape[0]
     for i, p in enumerate(parts):
         if p.shape[0] != n:
-            raise ValueError(
-                f"fold {i} has {p.shape[0]} rows but fold 0 has {n}: folds must embed the same items"
-            )
+            raise ValueError(f"fold {i} has {p.shape[0]} rows but fold 0 has {n}: folds must embed the same items")
     return l2_normalize(np.concatenate([l2_normalize(p) for p in parts], axis=1))
 
 
-def fold_ensemble_metrics(query_files: Sequence[Any], ks: Sequence[int] = (1,),
-                          gallery_files: Sequence[Any] | None = None) -> dict[str, float]:
+def fold_ensemble_metrics(
+    query_files: Sequence[Any], ks: Sequence[int] = (1,), gallery_files: Sequence[Any] | None = None
+) -> dict[str, float]:
     """MLRC "Concatenated (512-dim)" metrics of the fold models (fold order): their saved test
     embeddings `query_files` (and `gallery_files` for query→gallery datasets such as In-Shop)
     concatenated by :func:`concatenate_fold_embeddings`, then the retrieval metrics of
     :func:`compute_retrieval` on the result (Euclidean on unit vectors)."""
+
     def stacked(files: Sequence[Any]):
         sets = [load_embeddings(f) for f in files]
         for f, s in zip(files, sets):
@@ -53,5 +53,6 @@ def fold_ensemble_metrics(query_files: Sequence[Any], ks: Sequence[int] = (1,),
         raise ValueError("fold_ensemble_metrics: no fold runs")
     query, labels = stacked(query_files)
     gallery, gallery_labels = stacked(gallery_files) if gallery_files else (None, None)
-    return compute_retrieval(query, labels, tuple(ks), gallery=gallery, gallery_labels=gallery_labels,
-                             distance="euclidean").metrics
+    return compute_retrieval(
+        query, labels, tuple(ks), gallery=gallery, gallery_labels=gallery_labels, distance="euclidean"
+    ).metrics

@@ -1,4 +1,5 @@
-"""Proxy–data distances: PFML Table 3's W₂ (docs/readings/pfml.md#pfml-r24) and RSW's AvgDTP (Eq. 9, docs/readings/rsw.md#rsw-r15).
+"""Proxy–data distances: PFML Table 3's W₂ (docs/readings/pfml.md#pfml-r24) and RSW's AvgDTP (Eq. 9,
+docs/readings/rsw.md#rsw-r15).
 
 Both are plain functions over (embeddings, labels, proxies, proxy labels); the caller decides
 which split and which space (e.g. L2-normalise the proxies of cosine-based losses such as
@@ -57,17 +58,13 @@ def proxy_data_w2_per_class(
     from scipy.optimize import linear_sum_assignment  # noqa: PLC0415  (deferred: scipy, only these measures need it)
 
     if w_power not in (1, 2):
-        raise ValueError(
-            f"w_power must be 1 (mean distance, as printed) or 2 (true W2), got {w_power!r}"
-        )
+        raise ValueError(f"w_power must be 1 (mean distance, as printed) or 2 (true W2), got {w_power!r}")
     z = _as_matrix64(embeddings, "embeddings")
     p = _as_matrix64(proxies, "proxies")
     if p.shape[0] == 0:
         raise ValueError("proxies is empty: the W2 proxy-data distance needs at least one proxy")
     if p.shape[1] != z.shape[1]:
-        raise ValueError(
-            f"proxy dimension {p.shape[1]} differs from embedding dimension {z.shape[1]}"
-        )
+        raise ValueError(f"proxy dimension {p.shape[1]} differs from embedding dimension {z.shape[1]}")
     y = to_label_vector(labels, z.shape[0], "labels")
     py = to_label_vector(proxy_labels, p.shape[0], "proxy_labels")
     out: dict[Any, float] = {}
@@ -84,9 +81,7 @@ def proxy_data_w2_per_class(
         if pairs < pc.shape[0]:
             short.append(c)
         mean_cost = cost[rows, cols].sum() / pairs
-        out[c.item() if hasattr(c, "item") else c] = float(
-            mean_cost if w_power == 1 else np.sqrt(mean_cost)
-        )
+        out[c.item() if hasattr(c, "item") else c] = float(mean_cost if w_power == 1 else np.sqrt(mean_cost))
     if short:
         warnings.warn(
             f"{len(short)} class(es) have fewer embeddings than proxies (e.g. {short[:5]}): W2 "
@@ -132,15 +127,12 @@ def avg_dtp_per_class(
     z = _as_matrix64(embeddings, "embeddings")
     p = _as_matrix64(proxies, "proxies")
     if p.shape[1] != z.shape[1]:
-        raise ValueError(
-            f"proxy dimension {p.shape[1]} differs from embedding dimension {z.shape[1]}"
-        )
+        raise ValueError(f"proxy dimension {p.shape[1]} differs from embedding dimension {z.shape[1]}")
     y = to_label_vector(labels, z.shape[0], "labels")
     if proxy_labels is None:
         if not np.issubdtype(y.dtype, np.integer) or y.min() < 0 or y.max() >= p.shape[0]:
             raise ValueError(
-                f"without proxy_labels, labels must be integers in [0, {p.shape[0]}) "
-                "(row c of proxies = class c)"
+                f"without proxy_labels, labels must be integers in [0, {p.shape[0]}) (row c of proxies = class c)"
             )
         own = p[y]
     else:
@@ -162,6 +154,4 @@ def avg_dtp_per_class(
 def avg_dtp(embeddings: Any, labels: Any, proxies: Any, proxy_labels: Any = None) -> float:
     """AvgDTP = (1/C) Σ_c (1/|P_c|) Σ_{e∈P_c} ‖e − p_c‖ over the classes present in ``labels``
     (docs/readings/rsw.md#rsw-r15; classes without samples are left out since 1/|P_c| is undefined)."""
-    return float(
-        np.mean(list(avg_dtp_per_class(embeddings, labels, proxies, proxy_labels).values()))
-    )
+    return float(np.mean(list(avg_dtp_per_class(embeddings, labels, proxies, proxy_labels).values())))

@@ -126,8 +126,7 @@ def _exact_first_hits(full, q_codes, members: _Members) -> Any:
     return below
 
 
-def _rank_stream(search, k_max: int, kr: int, backend: str, q_codes, ref_codes, valid_all, chunk_size,
-                 need_rank: int):
+def _rank_stream(search, k_max: int, kr: int, backend: str, q_codes, ref_codes, valid_all, chunk_size, need_rank: int):
     """Yield ``(start, stop, first-hit ranks, rel of the first kr)`` per chunk, numpy, for the
     chunk's valid queries (R_q >= 1). Ranks >= ``need_rank`` (= max K) need not be exact.
 
@@ -205,8 +204,9 @@ def compute_retrieval(
     kr = min(int(r_all.max()), search.n_candidates)
     chosen = resolve_backend(backend, search.dev, min(k_max + 1, search.n_candidates) + int(search.self_search))
     acc = _Accumulator(ks)
-    for start, stop, first, rel_r in _rank_stream(search, k_max, kr, chosen, q_codes, ref_codes, valid_all,
-                                                  chunk_size, max(ks)):
+    for start, stop, first, rel_r in _rank_stream(
+        search, k_max, kr, chosen, q_codes, ref_codes, valid_all, chunk_size, max(ks)
+    ):
         acc.add(first, rel_r, r_all[start:stop][valid_all[start:stop]])
     return RetrievalResult(
         metrics=acc.result(),

@@ -41,7 +41,32 @@ def build_loss(name: str, num_classes: int, embedding_size: int, **hparams) -> n
     return loss
 
 
-__all__ = ["ASAPLoss", "ASAP_LOSSES", "BASELINES", "CPMLLoss", "HISTLoss", "LOSS_NAMES", "LossSpec", "MinedLoss",
-           "PFMLLoss", "PairLoss", "Paper", "Proxies", "ProxyNCAPaperLoss", "RSWLoss", "RSW_FUNCTIONS", "XBMLoss",
-           "XBM_LOSSES", "build_baseline", "build_loss", "has_proxies", "loss_names", "loss_spec", "proxy_points",
-           "register_loss", "spec_of", "trained_proxies", "use_sample_proxies"]
+__all__ = [
+    "ASAPLoss",
+    "ASAP_LOSSES",
+    "BASELINES",
+    "CPMLLoss",
+    "HISTLoss",
+    "LOSS_NAMES",
+    "LossSpec",
+    "MinedLoss",
+    "PFMLLoss",
+    "PairLoss",
+    "Paper",
+    "Proxies",
+    "ProxyNCAPaperLoss",
+    "RSWLoss",
+    "RSW_FUNCTIONS",
+    "XBMLoss",
+    "XBM_LOSSES",
+    "build_baseline",
+    "build_loss",
+    "has_proxies",
+    "loss_names",
+    "loss_spec",
+    "proxy_points",
+    "register_loss",
+    "spec_of",
+    "trained_proxies",
+    "use_sample_proxies",
+]

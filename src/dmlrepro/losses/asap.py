@@ -27,9 +27,12 @@ from .registry import Paper, Proxies, register_loss
 
 # Sec. 4.4 (ASAP-R35): GAP only, FC 1024->128 without bias, Glorot-uniform; its Lipschitz normalisation is
 # part of the loss/evaluation, not of the model.
-ASAP = Paper("asap", "ASAP DML: Deep Metric Learning with Alternating Sets of Alternating Proxies", readings="asap.md",
-             preset={"pool": "avg", "head": "linear", "head_bias": False, "head_init": "glorot_uniform",
-                     "l2_normalize": False})
+ASAP = Paper(
+    "asap",
+    "ASAP DML: Deep Metric Learning with Alternating Sets of Alternating Proxies",
+    readings="asap.md",
+    preset={"pool": "avg", "head": "linear", "head_bias": False, "head_init": "glorot_uniform", "l2_normalize": False},
+)
 
 
 class PairLoss(nn.Module):
@@ -64,29 +67,47 @@ class ASAPLoss(nn.Module):
         base_loss: "c1" | "c2" | "ms" | "triplet"; remaining keyword arguments go to the base loss.
         proxies_per_class: P (8 CUB/Cars, 4 SOP/InShop; 1 for ASAP-S).
         anchor: ASAP-R9, "sample" (default) or "proxy".
-        batch_pair_weight, proxy_weight: ASAP-R2, loss = proxy_weight·L(batch, proxies) + batch_pair_weight·L(batch, batch).
+        batch_pair_weight, proxy_weight: ASAP-R2,
+            loss = proxy_weight·L(batch, proxies) + batch_pair_weight·L(batch, batch).
         normalize: "lipschitz" (paper), "l2" or "none"; applied to embeddings and proxies.
         proxy_init_std: std of the Gaussian placeholder init (overwritten by k-Center before training).
     """
 
-    def __init__(self, base_loss: str, num_classes: int, embedding_size: int, proxies_per_class: int = 8,
-                 anchor: str = "sample", batch_pair_weight: float = 0.0, proxy_weight: float = 1.0,
-                 normalize: str = "lipschitz", proxy_init_std: float = 0.1, **hparams):
+    def __init__(
+        self,
+        base_loss: str,
+        num_classes: int,
+        embedding_size: int,
+        proxies_per_class: int = 8,
+        anchor: str = "sample",
+        batch_pair_weight: float = 0.0,
+        proxy_weight: float = 1.0,
+        normalize: str = "lipschitz",
+        proxy_init_std: float = 0.1,
+        **hparams,
+    ):
         super().__init__()
         if anchor not in ("sample", "proxy"):
             raise ValueError(f"ASAPLoss: anchor must be 'sample' or 'proxy', got {anchor!r}")
         if normalize not in MODES:
             raise ValueError(f"ASAPLoss: normalize must be one of {MODES}, got {normalize!r}")
         if num_classes < 1 or proxies_per_class < 1 or embedding_size < 1:
-            raise ValueError(f"ASAPLoss: need num_classes, proxies_per_class, embedding_size >= 1, got "
-                             f"{num_classes}, {proxies_per_class}, {embedding_size}")
+            raise ValueError(
+                f"ASAPLoss: need num_classes, proxies_per_class, embedding_size >= 1, got "
+                f"{num_classes}, {proxies_per_class}, {embedding_size}"
+            )
         self.base_name, self.base = base_loss, build_pair_base(base_loss, hparams)
         self.num_classes, self.embedding_size, self.proxies_per_class = num_classes, embedding_size, proxies_per_class
         self.anchor, self.batch_pair_weight, self.proxy_weight, self.normalize = (
-            anchor, batch_pair_weight, proxy_weight, normalize)
+            anchor,
+            batch_pair_weight,
+            proxy_weight,
+            normalize,
+        )
         self.proxies = nn.Parameter(torch.randn(num_classes * proxies_per_class, embedding_size) * proxy_init_std)
-        self.register_buffer("proxy_labels", torch.arange(num_classes).repeat_interleave(proxies_per_class),
-                             persistent=False)
+        self.register_buffer(
+            "proxy_labels", torch.arange(num_classes).repeat_interleave(proxies_per_class), persistent=False
+        )
 
     @torch.no_grad()
     def set_proxies(self, proxies: torch.Tensor) -> None:
@@ -111,8 +132,9 @@ class ASAPLoss(nn.Module):
         del self.proxies
         self.register_buffer("proxies", values)
 
-    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor,
-                proxies: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, embeddings: torch.Tensor, labels: torch.Tensor, proxies: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """`proxies` (C·P, D), when given, replace ``self.proxies`` for this call (sample-based ASAP:
         the embeddings of the selected samples under the current θ; gradients flow into them)."""
         check_embeddings(self, embeddings, self.embedding_size)
@@ -136,25 +158,32 @@ class ASAPLoss(nn.Module):
 def _asap(base):
     def build(num_classes: int, embedding_size: int, **hparams) -> ASAPLoss:
         return ASAPLoss(base, num_classes, embedding_size, **hparams)
+
     return build
 
 
 def _pair(base):
     def build(num_classes: int, embedding_size: int, **hparams) -> PairLoss:
         return PairLoss(base, embedding_size=embedding_size, **hparams)
+
     return build
 
 
 #: ASAP's proxies, P per class, in the space its pairs live in: 𝒩(ρ) (v / max(1, ‖v‖) by default); set by the
 #: alternation (k-Center picks), embedded samples in sample-based ASAP (eq. 4.10)
-ASAP_PROXIES = Proxies(tensor=lambda loss: loss.proxies, per_class=lambda loss: loss.proxies_per_class,
-                       space=lambda points, loss: normalize(points, loss.normalize),
-                       set=ASAPLoss.set_proxies, use_samples=ASAPLoss.use_sample_proxies)
+ASAP_PROXIES = Proxies(
+    tensor=lambda loss: loss.proxies,
+    per_class=lambda loss: loss.proxies_per_class,
+    space=lambda points, loss: normalize(points, loss.normalize),
+    set=ASAPLoss.set_proxies,
+    use_samples=ASAPLoss.use_sample_proxies,
+)
 
 #: ``asap_{c1,c2,ms,triplet}`` (proxy pairs) and ``pair_{c1,c2,ms,triplet}`` (batch pairs, the plain
 #: baselines) -> builder(num_classes, embedding_size, **hparams), each registered
-ASAP_LOSSES = {**{f"asap_{b}": register_loss(f"asap_{b}", paper=ASAP, proxies=ASAP_PROXIES, build=_asap(b))
-                  for b in BASES},
-               **{f"pair_{b}": register_loss(f"pair_{b}", paper=ASAP, build=_pair(b)) for b in BASES}}
+ASAP_LOSSES = {
+    **{f"asap_{b}": register_loss(f"asap_{b}", paper=ASAP, proxies=ASAP_PROXIES, build=_asap(b)) for b in BASES},
+    **{f"pair_{b}": register_loss(f"pair_{b}", paper=ASAP, build=_pair(b)) for b in BASES},
+}
 
 __all__ = ["ASAP", "ASAPLoss", "ASAP_LOSSES", "ASAP_PROXIES", "PairLoss"]

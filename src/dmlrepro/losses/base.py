@@ -22,5 +22,6 @@ def full_precision(embeddings: torch.Tensor):
 def check_embeddings(owner: object, embeddings: torch.Tensor, embedding_size: int | None) -> None:
     """ValueError naming the loss unless `embeddings` is (B, embedding_size), or (B, D) for any D if None."""
     if embeddings.ndim != 2 or embedding_size not in (None, embeddings.shape[1]):
-        raise ValueError(f"{type(owner).__name__}: embeddings must be (B, {embedding_size or 'D'}), "
-                         f"got {tuple(embeddings.shape)}")
+        raise ValueError(
+            f"{type(owner).__name__}: embeddings must be (B, {embedding_size or 'D'}), got {tuple(embeddings.shape)}"
+        )

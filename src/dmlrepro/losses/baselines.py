@@ -37,12 +37,18 @@ def __getattr__(name: str):
 
 # the Proxy-Anchor code (net/resnet.py, net/bn_inception.py): GAP+GMP summed, Linear with kaiming fan_out and
 # bias 0, L2 normalised output
-PROXY_ANCHOR = Paper("proxy_anchor", "Kim et al., Proxy Anchor Loss for Deep Metric Learning, CVPR 2020",
-                     preset={"pool": "avg+max", "head": "linear", "head_init": "kaiming_fan_out", "l2_normalize": True})
+PROXY_ANCHOR = Paper(
+    "proxy_anchor",
+    "Kim et al., Proxy Anchor Loss for Deep Metric Learning, CVPR 2020",
+    preset={"pool": "avg+max", "head": "linear", "head_init": "kaiming_fan_out", "l2_normalize": True},
+)
 # MLRC (powerful-benchmarker): BN-Inception trunk, GAP, MLP embedder [128] with default init; embeddings are
 # normalised by the losses/tester, not by the model
-MLRC = Paper("mlrc", "Musgrave et al., A Metric Learning Reality Check, ECCV 2020 (pytorch-metric-learning's losses)",
-             preset={"pool": "avg", "head": "mlp", "mlp_hidden": [], "head_init": "default", "l2_normalize": False})
+MLRC = Paper(
+    "mlrc",
+    "Musgrave et al., A Metric Learning Reality Check, ECCV 2020 (pytorch-metric-learning's losses)",
+    preset={"pool": "avg", "head": "mlp", "mlp_hidden": [], "head_init": "default", "l2_normalize": False},
+)
 PROXY_NCA = Paper("proxy_nca", "Movshovitz-Attias et al., No Fuss Distance Metric Learning using Proxies, ICCV 2017")
 
 
@@ -53,8 +59,9 @@ def _on_sphere(points: torch.Tensor, loss: nn.Module) -> torch.Tensor:
 #: the proxy losses' proxies: cosine losses, so on the unit sphere (docs/readings/pfml.md#pfml-r24)
 PROXIES = Proxies(tensor=lambda loss: loss.proxies, space=_on_sphere)
 CLASS_WEIGHTS = Proxies(tensor=lambda loss: loss.W.t(), space=_on_sphere)
-SOFT_TRIPLE_CENTRES = Proxies(tensor=lambda loss: loss.fc.t(), per_class=lambda loss: loss.centers_per_class,
-                              space=_on_sphere)  # column c·K + k of fc is centre k of class c
+SOFT_TRIPLE_CENTRES = Proxies(
+    tensor=lambda loss: loss.fc.t(), per_class=lambda loss: loss.centers_per_class, space=_on_sphere
+)  # column c·K + k of fc is centre k of class c
 
 
 @dataclass(frozen=True)
@@ -68,30 +75,58 @@ class Baseline:
 
 
 BASELINES: dict[str, Baseline] = {
-    "proxy_anchor": Baseline("ProxyAnchorLoss", {"margin": 0.1, "alpha": 32}, True,
-                             "As in Kim et al. 2020 (cosine, positive term averaged over proxies with positives).",
-                             PROXIES, PROXY_ANCHOR),
-    "proxy_nca": Baseline("ProxyNCALoss", {"softmax_scale": 32}, True,
-                          "PML's softmax denominator includes the target proxy (= normalised softmax on "
-                          "squared distances); the ProxyNCA paper's excludes it: see `proxy_nca_paper`.", PROXIES),
-    "soft_triple": Baseline("SoftTripleLoss", {"centers_per_class": 10, "la": 20, "gamma": 0.1, "margin": 0.01}, True,
-                            "As in Qian et al. 2019; PFML Table 3 sets centers_per_class to PFML's M. The centre "
-                            "regulariser τ·R(w) is the hparam `tau` (default 0 = off, PML's default; only acts "
-                            "with centers_per_class > 1).", SOFT_TRIPLE_CENTRES),
-    "multi_similarity": Baseline("MultiSimilarityLoss", {"alpha": 2, "beta": 50, "base": 0.5},
-                                 note="As in Wang et al. 2019, with PML's MultiSimilarityMiner (epsilon)."),
-    "triplet": Baseline("TripletMarginLoss", {"margin": 0.1},
-                        note="Euclidean distance on normalised embeddings, mean over triplets with "
-                             "non-zero loss; semihard triplets from PML's TripletMarginMiner."),
-    "contrastive": Baseline("ContrastiveLoss", {"pos_margin": 0.0, "neg_margin": 0.5},
-                            note="PML uses hinge on the (unsquared) distance, averaged over non-zero pairs."),
+    "proxy_anchor": Baseline(
+        "ProxyAnchorLoss",
+        {"margin": 0.1, "alpha": 32},
+        True,
+        "As in Kim et al. 2020 (cosine, positive term averaged over proxies with positives).",
+        PROXIES,
+        PROXY_ANCHOR,
+    ),
+    "proxy_nca": Baseline(
+        "ProxyNCALoss",
+        {"softmax_scale": 32},
+        True,
+        "PML's softmax denominator includes the target proxy (= normalised softmax on "
+        "squared distances); the ProxyNCA paper's excludes it: see `proxy_nca_paper`.",
+        PROXIES,
+    ),
+    "soft_triple": Baseline(
+        "SoftTripleLoss",
+        {"centers_per_class": 10, "la": 20, "gamma": 0.1, "margin": 0.01},
+        True,
+        "As in Qian et al. 2019; PFML Table 3 sets centers_per_class to PFML's M. The centre "
+        "regulariser τ·R(w) is the hparam `tau` (default 0 = off, PML's default; only acts "
+        "with centers_per_class > 1).",
+        SOFT_TRIPLE_CENTRES,
+    ),
+    "multi_similarity": Baseline(
+        "MultiSimilarityLoss",
+        {"alpha": 2, "beta": 50, "base": 0.5},
+        note="As in Wang et al. 2019, with PML's MultiSimilarityMiner (epsilon).",
+    ),
+    "triplet": Baseline(
+        "TripletMarginLoss",
+        {"margin": 0.1},
+        note="Euclidean distance on normalised embeddings, mean over triplets with "
+        "non-zero loss; semihard triplets from PML's TripletMarginMiner.",
+    ),
+    "contrastive": Baseline(
+        "ContrastiveLoss",
+        {"pos_margin": 0.0, "neg_margin": 0.5},
+        note="PML uses hinge on the (unsquared) distance, averaged over non-zero pairs.",
+    ),
     "normalized_softmax": Baseline("NormalizedSoftmaxLoss", {"temperature": 0.05}, True, proxies=CLASS_WEIGHTS),
-    "arcface": Baseline("ArcFaceLoss", {"margin": 28.6, "scale": 64}, True, "PML's margin is in degrees.",
-                        CLASS_WEIGHTS),
+    "arcface": Baseline(
+        "ArcFaceLoss", {"margin": 28.6, "scale": 64}, True, "PML's margin is in degrees.", CLASS_WEIGHTS
+    ),
     "cosface": Baseline("CosFaceLoss", {"margin": 0.35, "scale": 64}, True, proxies=CLASS_WEIGHTS),
-    "npair": Baseline("NPairsLoss", {},
-                      note="One positive pair per label in the batch, dot-product similarity; the paper's L2 "
-                           "penalty on embeddings is not included."),
+    "npair": Baseline(
+        "NPairsLoss",
+        {},
+        note="One positive pair per label in the batch, dot-product similarity; the paper's L2 "
+        "penalty on embeddings is not included.",
+    ),
 }
 
 
@@ -134,9 +169,13 @@ def build_baseline(name: str, num_classes: int, embedding_size: int, **hparams) 
     spec = BASELINES[name]
     miner_args = {key: hparams.pop(key) for key in ("miner", "miner_epsilon", "miner_margin") if key in hparams}
     args = {**spec.defaults, **hparams}
-    if name == "soft_triple" and not (isinstance(args.get("centers_per_class"), int) and args["centers_per_class"] >= 1):
+    if name == "soft_triple" and not (
+        isinstance(args.get("centers_per_class"), int) and args["centers_per_class"] >= 1
+    ):
         # PML accepts 0 and fails at the first step ("cannot reshape tensor of 0 elements")
-        raise ValueError(f"soft_triple: centers_per_class = {args.get('centers_per_class')!r}: expected an integer >= 1")
+        raise ValueError(
+            f"soft_triple: centers_per_class = {args.get('centers_per_class')!r}: expected an integer >= 1"
+        )
     if name == "soft_triple":
         tau = args.pop("tau", 0.0)
         if not (isinstance(tau, (int, float)) and not isinstance(tau, bool) and tau >= 0):
@@ -153,7 +192,9 @@ def build_baseline(name: str, num_classes: int, embedding_size: int, **hparams) 
         loss = loss if epsilon is None else MinedLoss(loss, miners.MultiSimilarityMiner(epsilon=epsilon))
     elif name == "triplet":
         kind, margin = miner_args.pop("miner", "semihard"), miner_args.pop("miner_margin", args["margin"])
-        loss = loss if kind is None else MinedLoss(loss, miners.TripletMarginMiner(margin=margin, type_of_triplets=kind))
+        loss = (
+            loss if kind is None else MinedLoss(loss, miners.TripletMarginMiner(margin=margin, type_of_triplets=kind))
+        )
     if miner_args:
         raise TypeError(f"loss {name!r} takes no miner options {sorted(miner_args)}")
     return loss
@@ -162,10 +203,18 @@ def build_baseline(name: str, num_classes: int, embedding_size: int, **hparams) 
 def _register_baselines() -> None:
     """Each PML baseline; the numbers among its defaults are the config check's numeric hyperparameters."""
     for name, baseline in BASELINES.items():
-        numeric = {key: False for key, value in baseline.defaults.items()
-                   if isinstance(value, (int, float)) and not isinstance(value, bool)}
-        register_loss(name, paper=baseline.paper, build=functools.partial(build_baseline, name),
-                      proxies=baseline.proxies, numeric_hparams=numeric)
+        numeric = {
+            key: False
+            for key, value in baseline.defaults.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+        }
+        register_loss(
+            name,
+            paper=baseline.paper,
+            build=functools.partial(build_baseline, name),
+            proxies=baseline.proxies,
+            numeric_hparams=numeric,
+        )
 
 
 _register_baselines()

@@ -20,8 +20,17 @@ REPULSIONS = ("mirror", "hinge")
 
 @register_loss("cpml", paper=PFML, proxies=POTENTIAL_FIELD_PROXIES, config_defaults={"proxies_per_class": 2})
 class CPMLLoss(PotentialFieldLoss):
-    def __init__(self, num_classes: int, embedding_size: int, proxies_per_class: int, delta: float = 0.2,
-                 delta_rep: float | None = None, reduction: str = "sum", repulsion: str = "mirror", **kwargs):
+    def __init__(
+        self,
+        num_classes: int,
+        embedding_size: int,
+        proxies_per_class: int,
+        delta: float = 0.2,
+        delta_rep: float | None = None,
+        reduction: str = "sum",
+        repulsion: str = "mirror",
+        **kwargs,
+    ):
         super().__init__(num_classes, embedding_size, proxies_per_class, delta, delta_rep, reduction, **kwargs)
         if repulsion not in REPULSIONS:
             raise ValueError(f"CPMLLoss: repulsion must be one of {REPULSIONS}, got {repulsion!r}")

@@ -55,8 +55,9 @@ def squared_distance_estimates(rows: torch.Tensor, columns: torch.Tensor) -> tor
         return rows @ columns.T
 
 
-def search_rounding_bound(a_max_norm: float, b_max_norm: float, dim: int, dtype: torch.dtype,
-                          input_roundoff: float) -> float:
+def search_rounding_bound(
+    a_max_norm: float, b_max_norm: float, dim: int, dtype: torch.dtype, input_roundoff: float
+) -> float:
     """Bound on |estimate − ‖a − b‖²| of `squared_distance_estimates` (rigorous, with a 1.5× margin).
 
     With the GEMM's inputs rounded to unit roundoff u (`search_precision.input_roundoff`), float32
@@ -73,5 +74,6 @@ def search_rounding_bound(a_max_norm: float, b_max_norm: float, dim: int, dtype:
 
 
 def raised_threshold(threshold: float, dtype: torch.dtype) -> float:
-    """`threshold` (> 0) raised so that a `<` comparison with a `dtype` tensor, which rounds it to `dtype`, can only widen."""
+    """`threshold` (> 0) raised so that a `<` comparison with a `dtype` tensor, which rounds it to `dtype`, can
+    only widen."""
     return threshold * (1 + 2 * torch.finfo(dtype).eps)

@@ -32,9 +32,11 @@ from .registry import Paper, register_loss
 
 # the code's net/resnet.py: GAP + GMP summed, Linear (kaiming fan_out, bias 0), then LayerNorm(D, no affine);
 # the loss l2-normalises for its distributions, evaluation is cosine.
-HIST = Paper("hist", "Lim et al., Hypergraph-Induced Semantic Tuplet Loss for Deep Metric Learning, CVPR 2022",
-             preset={"pool": "avg+max", "head": "linear_layernorm", "head_init": "kaiming_fan_out",
-                     "l2_normalize": False})
+HIST = Paper(
+    "hist",
+    "Lim et al., Hypergraph-Induced Semantic Tuplet Loss for Deep Metric Learning, CVPR 2022",
+    preset={"pool": "avg+max", "head": "linear_layernorm", "head_init": "kaiming_fan_out", "l2_normalize": False},
+)
 
 
 def mahalanobis_sq(x: torch.Tensor, means: torch.Tensor, log_vars: torch.Tensor) -> torch.Tensor:
@@ -77,8 +79,16 @@ class HISTLoss(nn.Module):
         hgnn_lr_factor: the HGNN's lr as a multiple of the backbone's (``--lr-hgnn-factor``).
     """
 
-    def __init__(self, num_classes: int, embedding_size: int, tau: float = 32.0, alpha: float = 0.9,
-                 lambda_s: float = 1.0, hgnn_hidden: int = 512, hgnn_lr_factor: float = 10.0):
+    def __init__(
+        self,
+        num_classes: int,
+        embedding_size: int,
+        tau: float = 32.0,
+        alpha: float = 0.9,
+        lambda_s: float = 1.0,
+        hgnn_hidden: int = 512,
+        hgnn_lr_factor: float = 10.0,
+    ):
         super().__init__()
         self.num_classes = num_classes
         self.tau, self.alpha, self.lambda_s, self.hgnn_lr_factor = tau, alpha, lambda_s, hgnn_lr_factor
@@ -93,8 +103,9 @@ class HISTLoss(nn.Module):
 
     def distributions(self, embeddings: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(L_D, H): the distribution loss and the (N, classes in the batch) incidence H."""
-        distance = mahalanobis_sq(F.normalize(embeddings, dim=-1), F.normalize(self.means, dim=-1),
-                                  F.relu6(self.log_vars))
+        distance = mahalanobis_sq(
+            F.normalize(embeddings, dim=-1), F.normalize(self.means, dim=-1), F.relu6(self.log_vars)
+        )
         one_hot = F.one_hot(labels, self.num_classes).to(distance.dtype)
         p_true = (F.softmax(-self.tau * distance, dim=1) * one_hot).sum(dim=1)
         loss = -p_true[p_true != 0].log().mean()

@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from .distances import (raised_threshold, search_columns, search_rounding_bound, search_rows,
-                        squared_distance_estimates)
+from .distances import raised_threshold, search_columns, search_rounding_bound, search_rows, squared_distance_estimates
 from .search_precision import input_roundoff, search_dtype_on
 
 
@@ -36,13 +35,19 @@ class NeighbourList:
     def __init__(self, radius: float, skin: float, chunk_rows: int = 2048, search_dtype: torch.dtype | None = None):
         if radius <= 0 or skin < 0:
             raise ValueError(f"NeighbourList needs radius > 0 and skin >= 0, got radius={radius}, skin={skin}")
-        self.radius, self.skin, self.chunk_rows, self.search_dtype = float(radius), float(skin), int(chunk_rows), search_dtype
+        self.radius, self.skin, self.chunk_rows, self.search_dtype = (
+            float(radius),
+            float(skin),
+            int(chunk_rows),
+            search_dtype,
+        )
         self.reference: torch.Tensor | None = None
         self.gap = self.first = self.second = self.columns = None
         self.stats = {"rows_refreshed": 0, "pairs": 0, "rebuilds": 0}
 
-    def pairs(self, points: torch.Tensor, labels: torch.Tensor,
-              max_pairs: int | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def pairs(
+        self, points: torch.Tensor, labels: torch.Tensor, max_pairs: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Unordered pairs (i < j) containing every different-class pair closer than `radius`.
 
         `labels` are the points' classes, fixed between calls, with each class's points in one
@@ -94,7 +99,7 @@ class NeighbourList:
         class_start = torch.searchsorted(labels, labels, side="left")  # first row of each row's class
         class_size = torch.searchsorted(labels, labels, side="right") - class_start
         for start in range(0, rows.numel(), self.chunk_rows):
-            chunk = rows[start:start + self.chunk_rows]
+            chunk = rows[start : start + self.chunk_rows]
             offset = int(chunk[0]) if every_row else 0
             x = squared_distance_estimates(search_rows(self.reference[chunk], dtype), self.columns[offset:])
             own = int(class_size[chunk].max())  # same-class pairs are evaluated separately

@@ -104,8 +104,15 @@ class MS(PairBase):
 
     reductions, default_reduction = ("anchor",), "anchor"
 
-    def __init__(self, alpha: float = 2.0, beta: float = 40.0, base: float = 0.5, mining: bool = False,
-                 epsilon: float = 0.1, reduction=None):
+    def __init__(
+        self,
+        alpha: float = 2.0,
+        beta: float = 40.0,
+        base: float = 0.5,
+        mining: bool = False,
+        epsilon: float = 0.1,
+        reduction=None,
+    ):
         self.alpha, self.beta, self.base, self.mining, self.epsilon = alpha, beta, base, mining, epsilon
         self.reduction = self._check_reduction(reduction)
 

@@ -20,23 +20,38 @@ ALPHA0_MODES = ("linear", "literal")
 
 # PFML main §4.1: new last linear layer, l2-normalised output; GAP for CNNs is the reading
 # (PFML-R18; avg+max for the Proxy-Anchor variant); CLS for ViTs (PFML-R19).
-PFML = Paper("pfml", "Bhatnagar & Ahuja, Potential Field Based Deep Metric Learning, CVPR 2025",
-             readings="pfml.md",
-             preset={"pool": None, "head": "linear", "head_init": "kaiming_fan_out", "l2_normalize": True})
+PFML = Paper(
+    "pfml",
+    "Bhatnagar & Ahuja, Potential Field Based Deep Metric Learning, CVPR 2025",
+    readings="pfml.md",
+    preset={"pool": None, "head": "linear", "head_init": "kaiming_fan_out", "l2_normalize": True},
+)
 
 
 @register_loss("pfml", paper=PFML, proxies=POTENTIAL_FIELD_PROXIES, config_defaults={"proxies_per_class": 2})
 class PFMLLoss(PotentialFieldLoss):
-    def __init__(self, num_classes: int, embedding_size: int, proxies_per_class: int, delta: float = 0.2,
-                 alpha: float = 4.0, delta_rep: float | None = None, reduction: str = "sum",
-                 alpha0_mode: str = "linear", d_floor: float = 1e-4, **kwargs):
+    def __init__(
+        self,
+        num_classes: int,
+        embedding_size: int,
+        proxies_per_class: int,
+        delta: float = 0.2,
+        alpha: float = 4.0,
+        delta_rep: float | None = None,
+        reduction: str = "sum",
+        alpha0_mode: str = "linear",
+        d_floor: float = 1e-4,
+        **kwargs,
+    ):
         super().__init__(num_classes, embedding_size, proxies_per_class, delta, delta_rep, reduction, **kwargs)
         if alpha < 0:
             raise ValueError(f"PFMLLoss: alpha must be >= 0, got {alpha}")
         if alpha0_mode not in ALPHA0_MODES:
             raise ValueError(f"PFMLLoss: alpha0_mode must be one of {ALPHA0_MODES}, got {alpha0_mode!r}")
         if not 0 < d_floor < self.delta_rep:
-            raise ValueError(f"PFMLLoss: need 0 < d_floor < delta_rep, got d_floor={d_floor}, delta_rep={self.delta_rep}")
+            raise ValueError(
+                f"PFMLLoss: need 0 < d_floor < delta_rep, got d_floor={d_floor}, delta_rep={self.delta_rep}"
+            )
         self.alpha, self.alpha0_mode, self.d_floor = float(alpha), alpha0_mode, float(d_floor)
 
     def attraction(self, d):

@@ -40,5 +40,11 @@ class BlockSparseCentersRegularizer(regularizers.SparseCentersRegularizer):
                 n, within = c * k, sims.sum()
                 total = unit.sum(0).square().sum()  # Σ_ij ŵ_i·ŵ_j
                 self.diff_class_center_sim = ((total - within) / max(n * n - c * k * k, 1)).item()
-        return {"loss": {"losses": reg, "indices": torch.arange(reg.numel(), device=reg.device),
-                         "reduction_type": "element", "divisor": c * k * (k - 1)}}
+        return {
+            "loss": {
+                "losses": reg,
+                "indices": torch.arange(reg.numel(), device=reg.device),
+                "reduction_type": "element",
+                "divisor": c * k * (k - 1),
+            }
+        }

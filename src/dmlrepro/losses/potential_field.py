@@ -18,8 +18,8 @@ value and gradients equal the dense evaluation up to floating-point rounding.
 When the near proxy pairs are too many for a list (`pair_memory_budget`; PFML 64-d on SOP at
 initialisation: all of them), or an (n, n) matrix too large, the proxy–proxy sum runs over every pair
 in chunks of rows (`chunked_pair_sum`, memory O(rows · n)); the path taken depends only on the current
-proxies (the near pairs counted now) and the device's total memory, so a resumed run takes the same one — unless a list kept
-from earlier steps overflows on candidates (within δ_rep + 2·skin) that a fresh list would not hold.
+proxies (the near pairs counted now) and the device's total memory, so a resumed run takes the same one —
+unless a list kept from earlier steps overflows on candidates (within δ_rep + 2·skin) that a fresh list would not hold.
 """
 
 from __future__ import annotations
@@ -34,21 +34,29 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .base import check_embeddings, full_precision
-from .distances import (paired_distances, pairwise_distances, raised_threshold, search_columns, search_rounding_bound,
-                        search_rows, self_distances, squared_distance_estimates)
+from .distances import (
+    paired_distances,
+    pairwise_distances,
+    raised_threshold,
+    search_columns,
+    search_rounding_bound,
+    search_rows,
+    self_distances,
+    squared_distance_estimates,
+)
 from .neighbour_list import NeighbourList
 from .registry import Proxies
 from .search_precision import input_roundoff, search_dtype_on
 
 PAIR_SEARCH_MODES = ("auto", "dense", "neighbour")
-# "auto" evaluates a block densely up to this many pairs; beyond, near pairs only (at CUB scale on 2 CPU
-# cores the dense step took 361 ms and the near-pair step 14 ms, benchmarks/bench_losses.py)
+# "auto" evaluates a block densely up to this many pairs; beyond, near pairs only, which is faster on a CPU
+# (docs/benchmarks.md#measurements-behind-code-choices-cpu)
 DENSE_PROXY_PAIRS = 2**14
 DENSE_SAMPLE_PROXY_PAIRS = 2**14
 # on an accelerator "auto" is dense while a block's pair matrices (distances, potentials and their gradients,
 # DENSE_BYTES_PER_PAIR each pair nominally; the float32 forward + backward peaked at 28-29 bytes per pair,
 # docs/losses.md) fit 1/DENSE_GPU_MEMORY_SHARE of the device's memory, at least DENSE_GPU_BYTES: there the
-# limits above, tuned on 2 CPU cores, do not apply
+# CPU limits above do not apply
 DENSE_GPU_BYTES = 2**28
 DENSE_GPU_MEMORY_SHARE = 8
 DENSE_BYTES_PER_PAIR = 16
@@ -124,8 +132,10 @@ def within(points: torch.Tensor, first: torch.Tensor, second: torch.Tensor, radi
     Pairs beyond the radius add exactly the far-field constant and no gradient, so dropping them
     keeps the energy exact while the autograd graph only spans the pairs that matter."""
     with torch.no_grad():
-        keep = [paired_distances(points[first[s:s + chunk]], points[second[s:s + chunk]]) < radius * (1 + 1e-5)
-                for s in range(0, first.numel(), chunk)]
+        keep = [
+            paired_distances(points[first[s : s + chunk]], points[second[s : s + chunk]]) < radius * (1 + 1e-5)
+            for s in range(0, first.numel(), chunk)
+        ]
     if not keep:
         return first, second
     keep = torch.cat(keep)
@@ -155,30 +165,47 @@ class PotentialFieldLoss(nn.Module):
             Rounding is bounded, so the pairs, and the loss, are the same whatever the precision.
     """
 
-    def __init__(self, num_classes: int, embedding_size: int, proxies_per_class: int, delta: float,
-                 delta_rep: float | None = None, reduction: str = "sum", normalize_proxies: bool = False,
-                 proxy_init: str = "normal", proxy_init_std: float | None = None, pair_search: str = "auto",
-                 skin: float | None = None, search_dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        num_classes: int,
+        embedding_size: int,
+        proxies_per_class: int,
+        delta: float,
+        delta_rep: float | None = None,
+        reduction: str = "sum",
+        normalize_proxies: bool = False,
+        proxy_init: str = "normal",
+        proxy_init_std: float | None = None,
+        pair_search: str = "auto",
+        skin: float | None = None,
+        search_dtype: torch.dtype | None = None,
+    ):
         super().__init__()
         if num_classes < 1 or embedding_size < 1 or proxies_per_class < 0:
-            raise ValueError(f"{type(self).__name__}: need num_classes >= 1, embedding_size >= 1 and "
-                             f"proxies_per_class >= 0, got {num_classes}, {embedding_size}, {proxies_per_class}")
+            raise ValueError(
+                f"{type(self).__name__}: need num_classes >= 1, embedding_size >= 1 and "
+                f"proxies_per_class >= 0, got {num_classes}, {embedding_size}, {proxies_per_class}"
+            )
         if delta <= 0 or (delta_rep is not None and delta_rep <= 0):
             raise ValueError(f"{type(self).__name__}: delta and delta_rep must be > 0, got {delta}, {delta_rep}")
         if reduction not in ("sum", "mean"):
             raise ValueError(f"{type(self).__name__}: reduction must be 'sum' or 'mean', got {reduction!r}")
         if pair_search not in PAIR_SEARCH_MODES:
-            raise ValueError(f"{type(self).__name__}: pair_search must be one of {PAIR_SEARCH_MODES}, got {pair_search!r}")
+            raise ValueError(
+                f"{type(self).__name__}: pair_search must be one of {PAIR_SEARCH_MODES}, got {pair_search!r}"
+            )
         self.num_classes, self.embedding_size, self.proxies_per_class = num_classes, embedding_size, proxies_per_class
         self.delta_att = float(delta)
         self.delta_rep = float(delta if delta_rep is None else delta_rep)
         self.reduction, self.normalize_proxies, self.pair_search = reduction, normalize_proxies, pair_search
         self.proxies = nn.Parameter(self._initial_proxies(proxy_init, proxy_init_std))
-        self.register_buffer("proxy_labels", torch.arange(num_classes).repeat_interleave(proxies_per_class),
-                             persistent=False)
+        self.register_buffer(
+            "proxy_labels", torch.arange(num_classes).repeat_interleave(proxies_per_class), persistent=False
+        )
         self.search_dtype = search_dtype
-        self._neighbours = NeighbourList(self.delta_rep, self.delta_rep / 10 if skin is None else skin,
-                                         search_dtype=search_dtype)
+        self._neighbours = NeighbourList(
+            self.delta_rep, self.delta_rep / 10 if skin is None else skin, search_dtype=search_dtype
+        )
         self.pair_path = None  # how the last call evaluated the proxy–proxy block: "dense", "neighbour", "chunked"
         self._listed_pairs_fit = True
 
@@ -220,7 +247,9 @@ class PotentialFieldLoss(nn.Module):
                 sparse_zp = self._sparse(len(z) * q.shape[0], DENSE_SAMPLE_PROXY_PAIRS, z.device)
                 sparse_pp = self._sparse(q.shape[0] ** 2, DENSE_PROXY_PAIRS, z.device)
                 if not sparse_zp:
-                    u_zp = self._pair_potential(pairwise_distances(z, q), y[:, None] == self.proxy_labels[None, :]).sum()
+                    u_zp = self._pair_potential(
+                        pairwise_distances(z, q), y[:, None] == self.proxy_labels[None, :]
+                    ).sum()
                 pairs, tried = None, sparse_pp and self._listed_pairs_fit
                 if tried:  # None: too many near pairs for the list's memory
                     pairs = self._near_proxy_pairs(q)
@@ -273,10 +302,10 @@ class PotentialFieldLoss(nn.Module):
             diff = labels[start:stop, None] != labels[None, start:]
             with torch.no_grad():  # for the choice of path at the next call
                 close = diff & (d < self.delta_rep * (1 + 1e-5))
-                near.append(int(close[:, stop - start:].sum()) + int(close[:, :stop - start].sum()) // 2)
+                near.append(int(close[:, stop - start :].sum()) + int(close[:, : stop - start].sum()) // 2)
             phi = torch.where(diff, self.repulsion(d), 0.0)
             # ordered pairs: the (rows, rows) block holds both orders, the columns beyond it one
-            return phi[:, :stop - start].sum() + 2.0 * phi[:, stop - start:].sum()
+            return phi[:, : stop - start].sum() + 2.0 * phi[:, stop - start :].sum()
 
         self.pair_path = "chunked"
         total = chunked_pair_sum(q, rows_sum, max(1, budget // (n * CHUNK_BYTES_PER_PAIR)))
@@ -313,11 +342,15 @@ class PotentialFieldLoss(nn.Module):
             own = (y[:, None] * m + torch.arange(m, device=q.device)).flatten()  # each sample's class proxies
             with torch.no_grad():
                 dtype = self.search_dtype or search_dtype_on(q.device)
-                bound = search_rounding_bound(float(torch.linalg.vector_norm(z, dim=-1).max()),
-                                              float(torch.linalg.vector_norm(q, dim=-1).max()), z.shape[1], dtype,
-                                              input_roundoff(dtype, q.device))
+                bound = search_rounding_bound(
+                    float(torch.linalg.vector_norm(z, dim=-1).max()),
+                    float(torch.linalg.vector_norm(q, dim=-1).max()),
+                    z.shape[1],
+                    dtype,
+                    input_roundoff(dtype, q.device),
+                )
                 x = squared_distance_estimates(search_rows(z, dtype), search_columns(q, dtype))
-                near = x < raised_threshold(self.delta_rep ** 2 + bound, dtype)
+                near = x < raised_threshold(self.delta_rep**2 + bound, dtype)
                 near &= y[:, None] != labels[None, :]
                 i, a = torch.nonzero(near, as_tuple=True)
         sparse_pp = pairs is not None
@@ -335,8 +368,17 @@ class PotentialFieldLoss(nn.Module):
         if sparse_pp:
             n_ordered = q.shape[0] * (q.shape[0] - m)
             if chunked:  # recomputed in backward: only one chunk's gathered rows live at a time
-                excess = sum(checkpoint(self._repulsion_excess, q, first[s:s + PAIR_CHUNK], second[s:s + PAIR_CHUNK],
-                                        far, use_reentrant=False) for s in range(0, len(first), PAIR_CHUNK))
+                excess = sum(
+                    checkpoint(
+                        self._repulsion_excess,
+                        q,
+                        first[s : s + PAIR_CHUNK],
+                        second[s : s + PAIR_CHUNK],
+                        far,
+                        use_reentrant=False,
+                    )
+                    for s in range(0, len(first), PAIR_CHUNK)
+                )
             else:
                 excess = (self.repulsion(paired_distances(rows[2], rows[3])) - far).sum()
             pp = n_ordered * far + 2.0 * excess
@@ -350,9 +392,11 @@ class PotentialFieldLoss(nn.Module):
         return dict(self._neighbours.stats)
 
     def extra_repr(self) -> str:
-        return (f"num_classes={self.num_classes}, embedding_size={self.embedding_size}, "
-                f"proxies_per_class={self.proxies_per_class}, delta_att={self.delta_att}, "
-                f"delta_rep={self.delta_rep}, reduction={self.reduction!r}, pair_search={self.pair_search!r}")
+        return (
+            f"num_classes={self.num_classes}, embedding_size={self.embedding_size}, "
+            f"proxies_per_class={self.proxies_per_class}, delta_att={self.delta_att}, "
+            f"delta_rep={self.delta_rep}, reduction={self.reduction!r}, pair_search={self.pair_search!r}"
+        )
 
 
 def _potential_field_space(points: torch.Tensor, loss: PotentialFieldLoss) -> torch.Tensor:
@@ -360,5 +404,6 @@ def _potential_field_space(points: torch.Tensor, loss: PotentialFieldLoss) -> to
 
 
 #: PFML's and CPML's proxies: M per class (0 for the no-proxy ablation), raw or ℓ2-normalised (PFML-R5)
-POTENTIAL_FIELD_PROXIES = Proxies(tensor=lambda loss: loss.proxies, per_class=lambda loss: loss.proxies_per_class,
-                                  space=_potential_field_space)
+POTENTIAL_FIELD_PROXIES = Proxies(
+    tensor=lambda loss: loss.proxies, per_class=lambda loss: loss.proxies_per_class, space=_potential_field_space
+)

@@ -112,9 +112,16 @@ _registrations = [0]  # how many declarations were made (a key of the catalog's 
 BUILT_AS = "_registered_loss"
 
 
-def register_loss(name: str, *, paper: Paper, build: Callable[..., nn.Module] | None = None,
-                  proxies: Proxies | None = None, lr_groups: LrGroups | None = None,
-                  config_defaults: Mapping[str, Any] | None = None, numeric_hparams: Mapping[str, bool] | None = None):
+def register_loss(
+    name: str,
+    *,
+    paper: Paper,
+    build: Callable[..., nn.Module] | None = None,
+    proxies: Proxies | None = None,
+    lr_groups: LrGroups | None = None,
+    config_defaults: Mapping[str, Any] | None = None,
+    numeric_hparams: Mapping[str, bool] | None = None,
+):
     """Declare loss ``name``. Without ``build``, a class decorator (the class is the builder);
     with it, registers at once and returns the builder. A name or paper key taken by another
     declaration is a ValueError."""
@@ -125,8 +132,9 @@ def register_loss(name: str, *, paper: Paper, build: Callable[..., nn.Module] | 
         for other in REGISTRY.values():
             if other.paper.key == paper.key and other.paper != paper:
                 raise ValueError(f"loss {name!r}: paper key {paper.key!r} names another paper (loss {other.name!r})")
-        REGISTRY[name] = LossSpec(name, builder, paper, proxies, lr_groups, dict(config_defaults or {}),
-                                  numeric_hparams)
+        REGISTRY[name] = LossSpec(
+            name, builder, paper, proxies, lr_groups, dict(config_defaults or {}), numeric_hparams
+        )
         _registrations[0] += 1
         return builder
 
@@ -167,11 +175,19 @@ def _catalog(registrations: int, names: tuple[str, ...]) -> tuple[dict[str, dict
     losses = {}
     for spec in sorted(specs, key=lambda spec: spec.name):
         proxies = spec.proxies
-        losses[spec.name] = {"paper": spec.paper.key, "has_proxies": proxies is not None,
-                             "sets_proxies": proxies is not None and proxies.set is not None,
-                             "sample_proxies": proxies is not None and proxies.use_samples is not None,
-                             "config_defaults": dict(spec.config_defaults)}
+        losses[spec.name] = {
+            "paper": spec.paper.key,
+            "has_proxies": proxies is not None,
+            "sets_proxies": proxies is not None and proxies.set is not None,
+            "sample_proxies": proxies is not None and proxies.use_samples is not None,
+            "config_defaults": dict(spec.config_defaults),
+        }
     papers = {spec.paper.key: spec.paper for spec in specs}
-    return losses, {key: {"citation": paper.citation, "readings": paper.readings,
-                          "preset": None if paper.preset is None else dict(paper.preset)}
-                    for key, paper in sorted(papers.items())}
+    return losses, {
+        key: {
+            "citation": paper.citation,
+            "readings": paper.readings,
+            "preset": None if paper.preset is None else dict(paper.preset),
+        }
+        for key, paper in sorted(papers.items())
+    }

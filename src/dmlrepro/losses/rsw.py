@@ -1,4 +1,5 @@
-"""RSW: Realigned Softmax Warping (DeMoor & Prevost, arXiv 2408.15656), Sec. III, eqs. 4–8; readings: docs/readings/rsw.md.
+"""RSW: Realigned Softmax Warping (DeMoor & Prevost, arXiv 2408.15656), Sec. III, eqs. 4–8;
+readings: docs/readings/rsw.md.
 
 Per sample, with unnormalised Euclidean distances t_ij = ‖e_i − p_j‖ to one proxy per class,
 
@@ -29,10 +30,12 @@ from .registry import Paper, Proxies, register_loss
 
 # Sec. IV-B and the code's Model.py (RSW-R10): max + avg pooling summed, LayerNorm(C, no affine), Linear(C, 512),
 # kaiming fan_out (CUB/Cars; "default" for SOP), no L2 normalisation.
-RSW = Paper("rsw", "DeMoor & Prevost, Realigned Softmax Warping for Deep Metric Learning, arXiv 2408.15656",
-            readings="rsw.md",
-            preset={"pool": "avg+max", "head": "layernorm_linear", "head_init": "kaiming_fan_out",
-                    "l2_normalize": False})
+RSW = Paper(
+    "rsw",
+    "DeMoor & Prevost, Realigned Softmax Warping for Deep Metric Learning, arXiv 2408.15656",
+    readings="rsw.md",
+    preset={"pool": "avg+max", "head": "layernorm_linear", "head_init": "kaiming_fan_out", "l2_normalize": False},
+)
 
 FUNCTIONS = ("warp", "power")
 
@@ -52,8 +55,12 @@ RSW_FUNCTIONS: dict[str, dict] = {
 }
 
 
-@register_loss("rsw", paper=RSW, proxies=Proxies(tensor=lambda loss: loss.proxies),  # one per class, Euclidean
-               config_defaults={"alpha": 28.4, "k1": 0.93, "k2": 1.15})  # CUB phase 1 of the RSW code (RSW-R3)
+@register_loss(
+    "rsw",
+    paper=RSW,
+    proxies=Proxies(tensor=lambda loss: loss.proxies),  # one per class, Euclidean
+    config_defaults={"alpha": 28.4, "k1": 0.93, "k2": 1.15},
+)  # CUB phase 1 of the RSW code (RSW-R3)
 class RSWLoss(nn.Module):
     """Eq. 8 with the eq. 7 warp; proxies `(num_classes, embedding_size)`, Kaiming-normal (fan_out) init.
 
@@ -68,15 +75,28 @@ class RSWLoss(nn.Module):
     The loss parameters are plain attributes so that RSW's second ("followup") phase can change them.
     """
 
-    def __init__(self, num_classes: int, embedding_size: int, alpha: float, k1: float, k2: float,
-                 scale: float = 1.0, delta_scale: float = 1.0, warp: bool = True, function: str = "warp",
-                 power: float = 1.0, use_delta: bool = True):
+    def __init__(
+        self,
+        num_classes: int,
+        embedding_size: int,
+        alpha: float,
+        k1: float,
+        k2: float,
+        scale: float = 1.0,
+        delta_scale: float = 1.0,
+        warp: bool = True,
+        function: str = "warp",
+        power: float = 1.0,
+        use_delta: bool = True,
+    ):
         super().__init__()
         if function not in FUNCTIONS:
             raise ValueError(f"RSWLoss: function must be one of {FUNCTIONS}, got {function!r}")
         if k1 <= 0 or k2 <= 0 or alpha < 0 or scale <= 0 or power <= 0:
-            raise ValueError(f"RSWLoss: need k1, k2, scale, power > 0 and alpha >= 0, got k1={k1}, k2={k2}, "
-                             f"alpha={alpha}, scale={scale}, power={power}")
+            raise ValueError(
+                f"RSWLoss: need k1, k2, scale, power > 0 and alpha >= 0, got k1={k1}, k2={k2}, "
+                f"alpha={alpha}, scale={scale}, power={power}"
+            )
         self.num_classes, self.embedding_size = num_classes, embedding_size
         self.alpha, self.k1, self.k2, self.scale, self.delta_scale = alpha, k1, k2, scale, delta_scale
         self.warp, self.function, self.power, self.use_delta = warp, function, power, use_delta
@@ -111,6 +131,8 @@ class RSWLoss(nn.Module):
             return F.cross_entropy(logits, labels)  # mean_i log(1 + Σ_{j≠y} exp(s(f1 − t_j)))
 
     def extra_repr(self) -> str:
-        return (f"num_classes={self.num_classes}, embedding_size={self.embedding_size}, alpha={self.alpha}, "
-                f"k1={self.k1}, k2={self.k2}, scale={self.scale}, delta_scale={self.delta_scale}, "
-                f"warp={self.warp}, function={self.function!r}")
+        return (
+            f"num_classes={self.num_classes}, embedding_size={self.embedding_size}, alpha={self.alpha}, "
+            f"k1={self.k1}, k2={self.k2}, scale={self.scale}, delta_scale={self.delta_scale}, "
+            f"warp={self.warp}, function={self.function!r}"
+        )

@@ -22,8 +22,8 @@ import platform
 import torch
 
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo names of native bfloat16 dot products
-TF32_ROUNDOFF = 2.0 ** -11  # TensorFloat32 keeps 10 explicit mantissa bits
-BF16_ROUNDOFF = 2.0 ** -8
+TF32_ROUNDOFF = 2.0**-11  # TensorFloat32 keeps 10 explicit mantissa bits
+BF16_ROUNDOFF = 2.0**-8
 
 
 def search_dtype_for(device_type: str, cpu_bf16_native: bool) -> torch.dtype:

@@ -89,8 +89,17 @@ class XBMLoss(nn.Module):
         normalize: "lipschitz" (paper), "l2" or "none", as PairLoss.
     """
 
-    def __init__(self, base_loss: str, embedding_size: int, memory_size: int = 800, start_step: int = 1000,
-                 combine: str = "sum", memory_weight: float = 1.0, normalize: str = "lipschitz", **hparams):
+    def __init__(
+        self,
+        base_loss: str,
+        embedding_size: int,
+        memory_size: int = 800,
+        start_step: int = 1000,
+        combine: str = "sum",
+        memory_weight: float = 1.0,
+        normalize: str = "lipschitz",
+        **hparams,
+    ):
         super().__init__()
         if normalize not in MODES:
             raise ValueError(f"XBMLoss: normalize must be one of {MODES}, got {normalize!r}")
@@ -109,13 +118,15 @@ class XBMLoss(nn.Module):
         self.combine, self.memory_weight, self.normalize = combine, memory_weight, normalize
         self.register_buffer("memory_embeddings", torch.zeros(self.memory_size, self.embedding_size))
         self.register_buffer("memory_labels", torch.full((self.memory_size,), -1, dtype=torch.long))
-        self.register_buffer("memory_ptr", torch.zeros((), dtype=torch.long))     # next slot to write
+        self.register_buffer("memory_ptr", torch.zeros((), dtype=torch.long))  # next slot to write
         self.register_buffer("memory_filled", torch.zeros((), dtype=torch.long))  # stored entries, ≤ M
-        self.register_buffer("steps", torch.zeros((), dtype=torch.long))          # training calls so far
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))  # training calls so far
 
     def extra_repr(self) -> str:
-        return (f"base={self.base_name}, memory_size={self.memory_size}, start_step={self.start_step}, "
-                f"combine={self.combine}, memory_weight={self.memory_weight}, normalize={self.normalize}")
+        return (
+            f"base={self.base_name}, memory_size={self.memory_size}, start_step={self.start_step}, "
+            f"combine={self.combine}, memory_weight={self.memory_weight}, normalize={self.normalize}"
+        )
 
     def memory(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The stored (embeddings, labels), slot order (not chronological), only the filled slots."""
@@ -125,8 +136,10 @@ class XBMLoss(nn.Module):
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         check_embeddings(self, embeddings, self.embedding_size)
         if len(embeddings) > self.memory_size:
-            raise ValueError(f"XBMLoss: memory_size {self.memory_size} is smaller than the batch of "
-                             f"{len(embeddings)} embeddings; memory_size counts embeddings (batches × batch size)")
+            raise ValueError(
+                f"XBMLoss: memory_size {self.memory_size} is smaller than the batch of "
+                f"{len(embeddings)} embeddings; memory_size counts embeddings (batches × batch size)"
+            )
         with full_precision(embeddings) as dtype:
             e = normalize(embeddings.to(dtype), self.normalize)
             loss = self._memory_loss(e, labels)
@@ -143,8 +156,9 @@ class XBMLoss(nn.Module):
         # a copy: the enqueue after the loss writes into the buffer in place, after autograd saved it
         mem, mem_lab = mem.to(e.dtype, copy=True), mem_lab.to(labels.device, copy=True)
         if self.combine == "sum":
-            return (self.base(e, labels, e, labels, exclude_self=True)
-                    + self.memory_weight * self.base(e, labels, mem, mem_lab))
+            return self.base(e, labels, e, labels, exclude_self=True) + self.memory_weight * self.base(
+                e, labels, mem, mem_lab
+            )
         # batch first among the references: exclude_self removes the batch diagonal only
         return self.base(e, labels, torch.cat([e, mem]), torch.cat([labels, mem_lab]), exclude_self=True)
 
@@ -163,6 +177,7 @@ class XBMLoss(nn.Module):
 def _xbm(base):
     def build(num_classes: int, embedding_size: int, **hparams) -> XBMLoss:
         return XBMLoss(base, embedding_size, **hparams)
+
     return build
 
 

@@ -21,8 +21,7 @@ from torch import nn
 
 from dmlrepro.config_names import BACKBONE_ALIASES, canonical_backbone
 
-from .bn_inception import INPUT_CONFIG as _BNI_INPUT
-from .bn_inception import BNInception
+from .bn_inception import INPUT_CONFIG as _BNI_INPUT, BNInception
 from .resnet_v2 import ResNet20V2
 
 __all__ = [

@@ -69,8 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| backbone | " + " | ".join(f"{s} px img/s" for s in args.size) + " |")
     for name in args.backbones:
         rates = [
-            measure(name, s, args.batch, steps=args.steps, best=args.best, cpu_time=args.cpu_time)
-            for s in args.size
+            measure(name, s, args.batch, steps=args.steps, best=args.best, cpu_time=args.cpu_time) for s in args.size
         ]
         print(f"| {name} | " + " | ".join(f"{r:.0f}" for r in rates) + " |", flush=True)
     return 0

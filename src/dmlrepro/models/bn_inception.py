@@ -97,9 +97,7 @@ class BNInception(nn.Module):
             self._unit(f"{p}_double_3x3_2", d1, d2, 3, stride=stride, padding=1)
             if kind == "A":
                 if pool == "avg":
-                    pool_layer: nn.Module = nn.AvgPool2d(
-                        3, stride=1, padding=1, ceil_mode=True, count_include_pad=True
-                    )
+                    pool_layer: nn.Module = nn.AvgPool2d(3, stride=1, padding=1, ceil_mode=True, count_include_pad=True)
                 else:
                     pool_layer = nn.MaxPool2d(3, stride=1, padding=1, ceil_mode=True)
                 setattr(self, f"{p}_pool", pool_layer)

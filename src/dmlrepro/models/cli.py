@@ -56,9 +56,7 @@ def _weight_name(name: str) -> str:
     try:
         backbone = resolve_backbone_name(name)
     except KeyError:
-        raise KeyError(
-            f"unknown weights or backbone {name!r}; weights: {', '.join(sorted(WEIGHTS))}"
-        ) from None
+        raise KeyError(f"unknown weights or backbone {name!r}; weights: {', '.join(sorted(WEIGHTS))}") from None
     default = BACKBONES[backbone].default_weights
     if default is None:
         raise KeyError(f"backbone {name!r} has no pretrained weights to fetch")

@@ -75,9 +75,7 @@ class GlobalPool(nn.Module):
                 return x[:, 0]
             return x[:, self.num_prefix_tokens :].mean(dim=1)
         if x.dim() != 4:
-            raise ValueError(
-                f"pool {self.mode!r} expects a feature map (B, C, H, W), got shape {tuple(x.shape)}"
-            )
+            raise ValueError(f"pool {self.mode!r} expects a feature map (B, C, H, W), got shape {tuple(x.shape)}")
         if self.mode == "avg":
             return x.mean(dim=(2, 3))
         if self.mode == "max":

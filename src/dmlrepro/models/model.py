@@ -30,6 +30,7 @@ __all__ = [
     "parameter_groups",
 ]
 
+
 def model_presets() -> dict[str, dict[str, Any]]:
     """Per-paper settings of pooling and head (config keys override them), as each loss's paper
     declares them (dmlrepro.losses.registry; the settings and their sources are written there).
@@ -111,7 +112,9 @@ class EmbeddingModel(nn.Module):
         return self
 
     def extra_repr(self) -> str:
-        return f"backbone={self.backbone_name!r}, embedding_size={self.embedding_size}, l2_normalize={self.l2_normalize}"
+        return (
+            f"backbone={self.backbone_name!r}, embedding_size={self.embedding_size}, l2_normalize={self.l2_normalize}"
+        )
 
 
 # -- build ---------------------------------------------------------------------------------
@@ -201,8 +204,9 @@ def _load_weights(model: EmbeddingModel, merged: Mapping[str, Any], spec) -> Non
     docs/miniature.md) or a registered weight file from the cache; nothing when false."""
     pretrained, cache = merged.get("pretrained", False), merged.get("weights_cache_dir")
     if pretrained == "standin":
-        load_standin(model, merged.get("standin"), cache if cache else default_cache_dir(),
-                     merged.get("backbone_kwargs"))
+        load_standin(
+            model, merged.get("standin"), cache if cache else default_cache_dir(), merged.get("backbone_kwargs")
+        )
         model.input_config["weights"] = "standin"
     elif pretrained:
         name = model.backbone_name
@@ -212,9 +216,7 @@ def _load_weights(model: EmbeddingModel, merged: Mapping[str, Any], spec) -> Non
         wspec = get_weight_spec(weight_name)
         if resolve_backbone_name(wspec.architecture) != name:
             raise ValueError(f"weights {weight_name!r} are for {wspec.architecture!r}, not backbone {name!r}")
-        load_pretrained(
-            model, weight_name, os.fspath(cache) if cache else None, sha256=merged.get("weights_sha256")
-        )
+        load_pretrained(model, weight_name, os.fspath(cache) if cache else None, sha256=merged.get("weights_sha256"))
         model.input_config["weights"] = weight_name
 
 

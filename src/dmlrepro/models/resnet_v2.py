@@ -54,8 +54,9 @@ class Bottleneck(nn.Module):
     """ccp-dml ``resMap`` (projection) / ``resBlock`` (identity), with r = ReLU:
     ``shortcut(x) + conv3(r(bn3(conv2(r(bn2(conv1(r(bn1(x)))))))))``; no ``bn1`` in the first block."""
 
-    def __init__(self, cin: int, mid: int, cout: int, stride: int, preact: bool, projection: bool,
-                 bn_momentum: float) -> None:
+    def __init__(
+        self, cin: int, mid: int, cout: int, stride: int, preact: bool, projection: bool, bn_momentum: float
+    ) -> None:
         super().__init__()
         self.bn1 = _bn(cin, bn_momentum) if preact else None
         self.conv1 = nn.Conv2d(cin, mid, 1, stride=stride, bias=False)

@@ -6,9 +6,9 @@ tests on (another generator seed of ``dmlrepro.data.synthetic``: disjoint class 
 miniature run with ``model.pretrained: standin`` starts from its trunk (docs/miniature.md).
 
 The recipe (``dmlrepro.standin_recipe``: ``RECIPE_DEFAULTS``, overridden by a run's
-``model.standin``) is the whole identity of the weights: the file is content-addressed by its hash (``standin-<hash>.pt`` in the weights
-folder), it stores the recipe it was trained from, and loading checks both. A run's ``model.standin``
-is part of its run id; the folder (``model.weights_cache_dir``) is not.
+``model.standin``) is the whole identity of the weights: the file is content-addressed by its hash
+(``standin-<hash>.pt`` in the weights folder), it stores the recipe it was trained from, and loading
+checks both. A run's ``model.standin`` is part of its run id; the folder (``model.weights_cache_dir``) is not.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _augment(batch: torch.Tensor, pad: int, hflip: float, gen: torch.Generator) 
     padded = F.pad(batch, (pad, pad, pad, pad))
     dy = torch.randint(0, 2 * pad + 1, (n,), generator=gen).tolist()
     dx = torch.randint(0, 2 * pad + 1, (n,), generator=gen).tolist()
-    out = torch.stack([padded[i, :, y:y + h, x:x + w] for i, (y, x) in enumerate(zip(dy, dx))])
+    out = torch.stack([padded[i, :, y : y + h, x : x + w] for i, (y, x) in enumerate(zip(dy, dx))])
     flip = torch.rand(n, generator=gen) < hflip
     out[flip] = out[flip].flip(-1)
     return out
@@ -96,7 +96,7 @@ def _train_trunk(r: dict[str, Any], log) -> tuple[nn.Module, float]:
     for epoch in range(r["epochs"]):
         order, correct = torch.randperm(len(labels), generator=gen), 0
         for start in range(0, len(labels), r["batch_size"]):
-            idx = order[start:start + r["batch_size"]]
+            idx = order[start : start + r["batch_size"]]
             x = _normalise(_augment(images[idx], r["pad"], r["hflip"], gen), input_config)
             logits = classifier(trunk(x))
             loss = F.cross_entropy(logits, labels[idx])
@@ -110,25 +110,34 @@ def _train_trunk(r: dict[str, Any], log) -> tuple[nn.Module, float]:
 
 
 # -- loading -----------------------------------------------------------------------------------
-def load_standin(model: nn.Module, recipe: Mapping[str, Any] | None, folder: str | os.PathLike,
-                 backbone_kwargs: Mapping[str, Any] | None = None) -> Path:
+def load_standin(
+    model: nn.Module,
+    recipe: Mapping[str, Any] | None,
+    folder: str | os.PathLike,
+    backbone_kwargs: Mapping[str, Any] | None = None,
+) -> Path:
     """Load the stand-in trunk of ``recipe`` from ``folder`` into ``model.backbone``, built with
     ``backbone_kwargs`` (the run's, which must be the recipe's); the file must hold the same recipe
     (and hash) it is named after."""
     path = weights_file(folder, recipe)
     if not path.is_file():
-        raise StandinError(f"stand-in weights {path} not found: the workflow's rule pretrain_standin builds them "
-                           f"(or `python -m dmlrepro.models.standin RECIPE.yaml {Path(folder)}`)")
+        raise StandinError(
+            f"stand-in weights {path} not found: the workflow's rule pretrain_standin builds them "
+            f"(or `python -m dmlrepro.models.standin RECIPE.yaml {Path(folder)}`)"
+        )
     state = torch.load(path, map_location="cpu", weights_only=True)
     resolved = resolve_recipe(recipe)
     if state.get("hash") != recipe_hash(resolved) or state.get("recipe") != resolved:
         raise StandinError(f"{path}: trained from recipe {state.get('recipe')}, not {resolved}")
     if resolved["backbone"] != getattr(model, "backbone_name", None):
-        raise StandinError(f"stand-in trunk {resolved['backbone']!r} does not fit backbone "
-                           f"{getattr(model, 'backbone_name', None)!r}")
+        raise StandinError(
+            f"stand-in trunk {resolved['backbone']!r} does not fit backbone {getattr(model, 'backbone_name', None)!r}"
+        )
     if dict(backbone_kwargs or {}) != resolved["backbone_kwargs"]:
-        raise StandinError(f"stand-in trunk built with backbone_kwargs {resolved['backbone_kwargs']}; "
-                           f"the run's model.backbone_kwargs are {dict(backbone_kwargs or {})}: set them equal")
+        raise StandinError(
+            f"stand-in trunk built with backbone_kwargs {resolved['backbone_kwargs']}; "
+            f"the run's model.backbone_kwargs are {dict(backbone_kwargs or {})}: set them equal"
+        )
     model.backbone.load_state_dict(state["trunk"])
     return path
 

@@ -160,8 +160,7 @@ _register(
         adapter="timm",
         architecture="vit_small_patch16_224",
         source="timm 1.0.31 pretrained_cfg hf_hub_id + huggingface_hub URL template",
-        notes="ViT-S/16 AugReg, ImageNet-21k only (21843-class head dropped); input mean=std=0.5. "
-        "sha256 not confirmed",
+        notes="ViT-S/16 AugReg, ImageNet-21k only (21843-class head dropped); input mean=std=0.5. sha256 not confirmed",
     )
 )
 _register(

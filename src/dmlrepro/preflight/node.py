@@ -13,17 +13,24 @@ from dmlrepro.train.runtime import available_cpus
 
 
 def node_facts(device: torch.device) -> dict[str, Any]:
-    facts: dict[str, Any] = {"host": platform.node(), "device": str(device), "torch": torch.__version__,
-                             "cuda": torch.version.cuda, "cpus": available_cpus()}
+    facts: dict[str, Any] = {
+        "host": platform.node(),
+        "device": str(device),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cpus": available_cpus(),
+    }
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         major, minor = torch.cuda.get_device_capability(index)
-        facts.update(name=torch.cuda.get_device_name(index), capability=f"{major}.{minor}",
-                     memory_gb=round(torch.cuda.get_device_properties(index).total_memory / 2**30, 1),
-                     bf16=bool(torch.cuda.is_bf16_supported()))
+        facts.update(
+            name=torch.cuda.get_device_name(index),
+            capability=f"{major}.{minor}",
+            memory_gb=round(torch.cuda.get_device_properties(index).total_memory / 2**30, 1),
+            bf16=bool(torch.cuda.is_bf16_supported()),
+        )
     else:
-        facts.update(name=platform.processor() or platform.machine(), capability=None, memory_gb=None,
-                     bf16=cpu_bf16())
+        facts.update(name=platform.processor() or platform.machine(), capability=None, memory_gb=None, bf16=cpu_bf16())
     facts.update(faiss_facts(device))
     return facts
 
@@ -51,5 +58,9 @@ def faiss_facts(device: torch.device) -> dict[str, Any]:
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         search = gpus > index and faiss_gpu_usable(index)
-    return {"faiss": getattr(faiss, "__version__", "unknown"), "faiss_gpu_build": gpu_build, "faiss_gpus": gpus,
-            "faiss_gpu_search": search}
+    return {
+        "faiss": getattr(faiss, "__version__", "unknown"),
+        "faiss_gpu_build": gpu_build,
+        "faiss_gpus": gpus,
+        "faiss_gpu_search": search,
+    }

@@ -77,7 +77,8 @@ def split_counts(dataset: str, manifest_counts: Mapping[str, int] | None = None)
     when given, else the benchmark's published counts."""
     if manifest_counts is not None:
         return dict(manifest_counts)
-    from dmlrepro.data.benchmarks import BENCHMARKS  # deferred: numpy, PIL, tqdm (+0.35 s to the train job script)
+    # deferred: numpy, PIL, tqdm (the train job script starts without them)
+    from dmlrepro.data.benchmarks import BENCHMARKS
 
     if dataset not in BENCHMARKS:
         raise KeyError(f"dataset {dataset!r}: no published counts; prepare it to project its runs")
@@ -120,12 +121,15 @@ def count_test_evaluations(cfg: Mapping[str, Any]) -> int:
 def evaluated_images(cfg: Mapping[str, Any], counts: Mapping[str, int]) -> int:
     """Images the run embeds for evaluation over its whole life (module docstring)."""
     d, e = cfg["dataset"], cfg["eval"]
-    test = counts.get(f"{d['test_split']}_images", 0) + (counts.get(f"{d['gallery_split']}_images", 0)
-                                                         if d.get("gallery_split") else 0)
+    test = counts.get(f"{d['test_split']}_images", 0) + (
+        counts.get(f"{d['gallery_split']}_images", 0) if d.get("gallery_split") else 0
+    )
     images = count_test_evaluations(cfg) * test
     images += round(counts.get("train_images", 0) * validation_share(cfg)) * cfg["epochs"]
     if e.get("proxy_metrics"):
-        images += counts.get("train_images", 0) * (count_test_evaluations(cfg) if e.get("proxy_metrics_per_epoch") else 1)
+        images += counts.get("train_images", 0) * (
+            count_test_evaluations(cfg) if e.get("proxy_metrics_per_epoch") else 1
+        )
     images += len(e.get("corruptions") or []) * counts.get(f"{d['test_split']}_images", 0)
     return images
 
@@ -146,9 +150,14 @@ def embedding_time(speed: Speed) -> float:
     return max(compute, data) if speed.workers > 0 else compute + data
 
 
-def run_hours(cfg: Mapping[str, Any], counts: Mapping[str, int], speed: Speed,
-              knn_seconds_per_unit: float = 0.0, kcenter_seconds: Callable[[int, int, int, int], float] | None = None,
-              train_classes: int | None = None) -> float:
+def run_hours(
+    cfg: Mapping[str, Any],
+    counts: Mapping[str, int],
+    speed: Speed,
+    knn_seconds_per_unit: float = 0.0,
+    kcenter_seconds: Callable[[int, int, int, int], float] | None = None,
+    train_classes: int | None = None,
+) -> float:
     """The run's hours (module docstring); without the k-NN rate or the k-Center timer those parts are 0."""
     train = cfg["epochs"] * steps_per_epoch(cfg, counts["train_images"]) * step_time(cfg, speed)
     per_image = embedding_time(speed)
@@ -249,8 +258,10 @@ def summarize(costs: list[RunCost], members: Mapping[str, list[str]]) -> tuple[l
     """([{name, runs, hours}] per experiment, total hours): a run shared by experiments counts in
     each of them and once in the total."""
     hours = {cost.run_id: cost.hours for cost in costs}
-    experiments = [{"name": name, "runs": list(run_ids), "hours": sum(hours.get(i, 0.0) for i in run_ids)}
-                   for name, run_ids in members.items()]
+    experiments = [
+        {"name": name, "runs": list(run_ids), "hours": sum(hours.get(i, 0.0) for i in run_ids)}
+        for name, run_ids in members.items()
+    ]
     return experiments, sum(hours.values())
 
 
@@ -261,8 +272,13 @@ def job_budget_env(runtime_minutes: int | float, environ: Mapping[str, str] = os
     return {TIME_LIMIT_ENV: str(runtime_minutes)} if environ.get("SLURM_JOB_ID") else {}
 
 
-def warn_time_budget(cfg: Mapping[str, Any], epoch: int, epoch_seconds: float, say: Callable[[str], None],
-                     environ: Mapping[str, str] = os.environ) -> str | None:
+def warn_time_budget(
+    cfg: Mapping[str, Any],
+    epoch: int,
+    epoch_seconds: float,
+    say: Callable[[str], None],
+    environ: Mapping[str, str] = os.environ,
+) -> str | None:
     """After the run's first full-training epoch (the first after the warm-up), say at once when
     ``epochs`` such epochs (``epoch_seconds``: that epoch's wall time, evaluations included) cannot
     finish within the job's time limit × (retries + 1); returns the message (None: fits or unknown)."""
@@ -274,9 +290,11 @@ def warn_time_budget(cfg: Mapping[str, Any], epoch: int, epoch_seconds: float, s
     budget = limit_minutes * (retries + 1) / 60.0
     if projected <= budget:
         return None
-    message = (f"warning: epoch {epoch} took {epoch_seconds:.0f} s: {cfg['epochs']} epochs project to "
-               f"{projected:.2f} h, past the job's time limit {limit_minutes:g} min × (retries {retries} + 1) = "
-               f"{budget:.2f} h; this run cannot finish: raise resources.train runtime or retries "
-               f"(docs/preflight.md)")
+    message = (
+        f"warning: epoch {epoch} took {epoch_seconds:.0f} s: {cfg['epochs']} epochs project to "
+        f"{projected:.2f} h, past the job's time limit {limit_minutes:g} min × (retries {retries} + 1) = "
+        f"{budget:.2f} h; this run cannot finish: raise resources.train runtime or retries "
+        f"(docs/preflight.md)"
+    )
     say(message)
     return message

@@ -23,8 +23,8 @@ from dmlrepro.data.manifest import MANIFEST_NAME, write_manifest
 from dmlrepro.data.prepared import is_prepared
 from dmlrepro.data.registry import EMBEDDED
 from dmlrepro.models import get_backbone_spec, resolve_backbone_name
-from dmlrepro.standin_recipe import weights_file
 from dmlrepro.models.weights import default_cache_dir, fetch_command, weight_path
+from dmlrepro.standin_recipe import weights_file
 
 #: distinct stand-in image files per dataset (each listed many times by the manifest)
 DISTINCT_IMAGES = 8
@@ -54,14 +54,18 @@ def data_source(dataset_cfg: dict[str, Any], data_root: str | Path, scratch: Pat
     size = stand_in_size(dataset_cfg)
     if not (scratch / name / MANIFEST_NAME).is_file():
         write_stand_in(scratch, name, size)
-    return DataSource(str(scratch), False, f"stand-in images ({size}×{size} JPEG; {name} is not prepared under "
-                                           f"{data_root}): real counts, not real pixels")
+    return DataSource(
+        str(scratch),
+        False,
+        f"stand-in images ({size}×{size} JPEG; {name} is not prepared under {data_root}): real counts, not real pixels",
+    )
 
 
 def stand_in_size(dataset_cfg: dict[str, Any]) -> int:
     """The configured size: the largest of the crop, the eval resize and the train resize."""
-    return max(int(dataset_cfg["image_size"]), int(dataset_cfg.get("resize") or 0),
-               int(dataset_cfg.get("train_resize") or 0))
+    return max(
+        int(dataset_cfg["image_size"]), int(dataset_cfg.get("resize") or 0), int(dataset_cfg.get("train_resize") or 0)
+    )
 
 
 def write_stand_in(root: Path, name: str, size: int) -> Path:
@@ -101,9 +105,16 @@ def missing_weights(mcfg: dict[str, Any]) -> str | None:
     if not pretrained:
         return None
     if pretrained == "standin":  # the miniature's ImageNet stand-in, built by rule pretrain_standin (docs/miniature.md)
-        return None if weights_file(mcfg.get("weights_cache_dir") or default_cache_dir(), mcfg.get("standin")).is_file() else "standin"
-    name = get_backbone_spec(resolve_backbone_name(str(mcfg["backbone"]))).default_weights if pretrained is True \
+        return (
+            None
+            if weights_file(mcfg.get("weights_cache_dir") or default_cache_dir(), mcfg.get("standin")).is_file()
+            else "standin"
+        )
+    name = (
+        get_backbone_spec(resolve_backbone_name(str(mcfg["backbone"]))).default_weights
+        if pretrained is True
         else str(pretrained)
+    )
     if name is None:
         return None
     return None if weight_path(name, mcfg.get("weights_cache_dir")).is_file() else name
@@ -112,7 +123,12 @@ def missing_weights(mcfg: dict[str, Any]) -> str | None:
 def weights_warning(name: str, cache_dir: str | None = None) -> str:
     """The one line printed per missing weight file."""
     if name == "standin":
-        return "warning: the ImageNet stand-in is not built yet (rule pretrain_standin): the preflight uses random initialisation"
+        return (
+            "warning: the ImageNet stand-in is not built yet (rule pretrain_standin): "
+            "the preflight uses random initialisation"
+        )
 
-    return (f"warning: pretrained weights {name!r} are not in the cache ({weight_path(name, cache_dir)}): "
-            f"the preflight uses random initialisation; fetch them with `{fetch_command(name, cache_dir)}`")
+    return (
+        f"warning: pretrained weights {name!r} are not in the cache ({weight_path(name, cache_dir)}): "
+        f"the preflight uses random initialisation; fetch them with `{fetch_command(name, cache_dir)}`"
+    )

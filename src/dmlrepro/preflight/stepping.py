@@ -68,8 +68,9 @@ class Measurement:
     notes: list[str] = field(default_factory=list)
 
 
-def preflight_config(cfg: dict[str, Any], *, device: str, source: DataSource, batch_size: int | None = None,
-                     random_init: bool = False) -> dict[str, Any]:
+def preflight_config(
+    cfg: dict[str, Any], *, device: str, source: DataSource, batch_size: int | None = None, random_init: bool = False
+) -> dict[str, Any]:
     """The run config the preflight builds: the run's own, on ``device``, with the data from
     ``source``, at most the CPUs this process may use for workers, and optionally a smaller batch
     (a multiple of ``dataset.m`` for the m-per-class sampler) and random initialisation."""
@@ -77,8 +78,11 @@ def preflight_config(cfg: dict[str, Any], *, device: str, source: DataSource, ba
     workers = cfg["num_workers"]
     if workers != "auto":
         workers = min(int(workers), max(0, available_cpus() - 1))
-    override: dict[str, Any] = {"device": device, "num_workers": workers,
-                                "dataset": {"root": source.root, "prepare": source.prepare}}
+    override: dict[str, Any] = {
+        "device": device,
+        "num_workers": workers,
+        "dataset": {"root": source.root, "prepare": source.prepare},
+    }
     if batch_size is not None:
         b = int(batch_size)
         if d["sampler"] == "m_per_class":
@@ -137,8 +141,8 @@ def engine_process(cfg: dict[str, Any]):
 
 
 def build_trainer(cfg: dict[str, Any], outdir: Path):
-    """(the engine's trainer, its optimizer groups' lrs): the trainer at its first trained epoch's settings (lrs, followup attributes,
-    trainability after a warm-up: a frozen trunk would not measure training), ASAP's first
+    """(the engine's trainer, its optimizer groups' lrs): the trainer at its first trained epoch's settings (lrs,
+    followup attributes, trainability after a warm-up: a frozen trunk would not measure training), ASAP's first
     selection where the step needs it (sample-based proxies)."""
     trainer = Trainer.for_measurement(cfg, outdir)
     lrs = trainer.start_epoch(cfg["warmup_epochs"] + 1)
@@ -198,9 +202,10 @@ def measure_evaluation(trainer) -> tuple[float, float]:
     gallery = None
     if trainer.gallery_ds is not None:
         wanted = set(labels.tolist())
-        rows = [i for i, label in enumerate(trainer.gallery_ds.labels) if int(label) in wanted][:len(x)]
-        g_emb, g_labels, _ = compute_embeddings(model, _subset(trainer.gallery_ds, rows), batch_size=len(x),
-                                                device=device, on_device=True)
+        rows = [i for i, label in enumerate(trainer.gallery_ds.labels) if int(label) in wanted][: len(x)]
+        g_emb, g_labels, _ = compute_embeddings(
+            model, _subset(trainer.gallery_ds, rows), batch_size=len(x), device=device, on_device=True
+        )
         gallery = (g_emb, g_labels)
     start = time.perf_counter()
     metrics = embedding_metrics(emb, labels, trainer.cfg, gallery)
@@ -218,7 +223,7 @@ def eval_batch(trainer) -> tuple[torch.Tensor, torch.Tensor, int]:
     n, ds = trainer.cfg["dataset"]["eval_batch_size"], trainer.test_ds
     items = list(range(min(n, len(ds))))
     share = -(-len(items) // max(1, trainer.embedder.num_workers))
-    shares = [[(i, None) for i in items[s:s + share]] for s in range(0, len(items), share)]
+    shares = [[(i, None) for i in items[s : s + share]] for s in range(0, len(items), share)]
     xs, ys = zip(*((x, y) for x, y, _ in trainer.embedder.batches(ds, shares, "preflight evaluation batch")))
     order = torch.arange(n) % len(items)
     x, y = torch.cat(xs)[order], torch.cat(ys)[order]

@@ -46,8 +46,11 @@ class ShapeWorker:
 
     def _start(self) -> None:
         ours, theirs = socket.socketpair()
-        self.process = subprocess.Popen([sys.executable, "-m", "dmlrepro.preflight.worker", str(theirs.fileno())],
-                                        pass_fds=[theirs.fileno()], preexec_fn=self._limit)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "dmlrepro.preflight.worker", str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            preexec_fn=self._limit,
+        )
         theirs.close()
         self.conn = Connection(ours.detach())
         self.conn.recv()  # "ready": start-up does not count against a shape's time
@@ -67,8 +70,11 @@ class ShapeWorker:
                 pass  # the child died mid-shape
         else:
             self._stop()
-            return Measurement(status="failed", error=f"TimeoutError: no result within {self.timeout:g} s "
-                                                      f"(--shape-timeout); the shape's process was stopped")
+            return Measurement(
+                status="failed",
+                error=f"TimeoutError: no result within {self.timeout:g} s "
+                f"(--shape-timeout); the shape's process was stopped",
+            )
         code = self.process.wait(timeout=60)
         self._stop()
         reason = f"killed by signal {-code}" if code < 0 else f"exit status {code}"

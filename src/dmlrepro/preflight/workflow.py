@@ -16,8 +16,15 @@ from .projection import RETRIES_ENV
 PREFLIGHT_JSON = "preflight/preflight.json"
 PREFLIGHT_TABLE = "preflight/preflight.txt"
 
-__all__ = ["PREFLIGHT_JSON", "PREFLIGHT_TABLE", "RETRIES_ENV", "largest_dataset", "preflight_resources",
-           "put_on_pythonpath", "run_rule"]
+__all__ = [
+    "PREFLIGHT_JSON",
+    "PREFLIGHT_TABLE",
+    "RETRIES_ENV",
+    "largest_dataset",
+    "preflight_resources",
+    "put_on_pythonpath",
+    "run_rule",
+]
 
 
 def put_on_pythonpath(folder: str) -> None:
@@ -49,16 +56,23 @@ def preflight_resources(config: Mapping[str, Any], experiments: Sequence[str]) -
     return {**train_request(config, dataset), "dataset": dataset}
 
 
-def run_rule(config: dict[str, Any], experiments: Sequence[str], data_root: str, json_path: str,
-             table_path: str) -> int:
+def run_rule(
+    config: dict[str, Any], experiments: Sequence[str], data_root: str, json_path: str, table_path: str
+) -> int:
     """Rule preflight's step: every shape on this job's device, the profile's retries from the
     environment (docs/preflight.md). Problems are in the table and the JSON; the job itself
     succeeds so that both stay (Snakemake removes a failed job's outputs)."""
     from .cli import preflight  # deferred: imports torch
     from .shapes import group_runs  # deferred: imports torch
 
-    status = preflight(config, "the workflow config", shapes=group_runs(config, list(experiments)),
-                       retries=int(os.environ.get(RETRIES_ENV) or 0), data_root=data_root,
-                       json_path=json_path, table_path=table_path)
+    status = preflight(
+        config,
+        "the workflow config",
+        shapes=group_runs(config, list(experiments)),
+        retries=int(os.environ.get(RETRIES_ENV) or 0),
+        data_root=data_root,
+        json_path=json_path,
+        table_path=table_path,
+    )
     print(f"dmlrepro preflight: exit status {status} ({'problems listed above' if status else 'no problems'})")
     return status

@@ -3,8 +3,8 @@
 The standard deviation is the sample std (ddof = 1), the papers' unstated convention read as in
 docs/readings/protocols.md#proto-r5; a group with one seed has std NaN. `<metric>_ci95` is the half-width of the
 95 % confidence interval of the mean, t(0.975, n − 1) · std / √n — the MLRC tables' ± over
-reproductions (powerful-benchmarker's t-distribution, docs/readings/protocols.md#proto-r3). Diverged runs are counted in `diverged`
-and their last finite metrics are kept out of the means, unless the experiment reports them
+reproductions (powerful-benchmarker's t-distribution, docs/readings/protocols.md#proto-r3). Diverged runs are
+counted in `diverged` and their last finite metrics are kept out of the means, unless the experiment reports them
 (`last_finite=True`: RSW Table III prints "the last result preceding numerical instability").
 Metrics under test-image corruptions (metrics.json `corruption_metrics`, RSW Table IV) are
 flat names such as `recall@1@gaussian_3`.
@@ -97,6 +97,7 @@ def sweep_label(point: Mapping[str, Any]) -> str:
 
 def sweep_points(aggregated: pd.DataFrame, key: str) -> pd.Series:
     """The swept value of `key` in each row of an aggregated table (sweep_label read back)."""
+
     def value(sweep):
         for part in str(sweep or "").split(", "):
             name, _, text = part.partition("=")
@@ -107,8 +108,7 @@ def sweep_points(aggregated: pd.DataFrame, key: str) -> pd.Series:
     return aggregated["sweep"].map(value)
 
 
-def seed_table(records: Iterable[Mapping[str, Any]], metrics: list[str], *,
-               last_finite: bool = False) -> pd.DataFrame:
+def seed_table(records: Iterable[Mapping[str, Any]], metrics: list[str], *, last_finite: bool = False) -> pd.DataFrame:
     """One row per record (a run, or an MLRC reproduction): method, dataset, sweep (sweep_label),
     seed, diverged, each metric's value and its untrained value (`<metric>@untrained`), and the
     mechanism checks' inputs (MECHANISM_COLUMNS not among the metrics) — the per-seed values behind
@@ -119,13 +119,21 @@ def seed_table(records: Iterable[Mapping[str, Any]], metrics: list[str], *,
     columns = [*metrics, *(untrained_column(m) for m in metrics), *extra]
     for record in records:
         result = record["result"]
-        row = {"method": record["method"], "dataset": record["dataset"],
-               "sweep": sweep_label(record["sweep"]),
-               "seed": record["seed"], "diverged": result.get("status") == "diverged"}
-        measured = {**(record.get("timing") or {}), **(result.get("proxy_metrics") or {}),
-                    **(result.get("corruption_metrics") or {}), **(result.get("metrics") or {}),
-                    **{untrained_column(k): v for k, v in (result.get("untrained_metrics") or {}).items()},
-                    **{k: v for k, v in (record.get("mechanism") or {}).items() if k not in PROXY_COLUMNS}}
+        row = {
+            "method": record["method"],
+            "dataset": record["dataset"],
+            "sweep": sweep_label(record["sweep"]),
+            "seed": record["seed"],
+            "diverged": result.get("status") == "diverged",
+        }
+        measured = {
+            **(record.get("timing") or {}),
+            **(result.get("proxy_metrics") or {}),
+            **(result.get("corruption_metrics") or {}),
+            **(result.get("metrics") or {}),
+            **{untrained_column(k): v for k, v in (result.get("untrained_metrics") or {}).items()},
+            **{k: v for k, v in (record.get("mechanism") or {}).items() if k not in PROXY_COLUMNS},
+        }
         for metric in columns:
             value = measured.get(metric)
             shown = metric in TIMING or metric.endswith(UNTRAINED) or (metric in extra and metric not in PROXY_COLUMNS)
@@ -135,8 +143,9 @@ def seed_table(records: Iterable[Mapping[str, Any]], metrics: list[str], *,
     return pd.DataFrame(rows, columns=["method", "dataset", "sweep", "seed", "diverged", *columns])
 
 
-def aggregate_runs(records: Iterable[Mapping[str, Any]], metrics: list[str], *,
-                   last_finite: bool = False) -> pd.DataFrame:
+def aggregate_runs(
+    records: Iterable[Mapping[str, Any]], metrics: list[str], *, last_finite: bool = False
+) -> pd.DataFrame:
     """One row per (method, dataset, sweep point): `<metric>_mean`, `_std`, `_ci95`, seeds, diverged.
 
     Each record holds `method`, `dataset`, `sweep` (a mapping), `seed`, `result` (the run's
@@ -147,8 +156,9 @@ def aggregate_runs(records: Iterable[Mapping[str, Any]], metrics: list[str], *,
     frame = seed_table(records, metrics, last_finite=last_finite)
     columns = [*metrics, *(untrained_column(m) for m in metrics)]  # `<metric>@untrained_mean`: the untrained row
     if frame.empty:  # an experiment without runs (a figure drawn from the config alone)
-        return pd.DataFrame(columns=[*keys, *(f"{m}_{s}" for m in columns for s in ("mean", "std", "ci95")),
-                                     "seeds", "diverged"])
+        return pd.DataFrame(
+            columns=[*keys, *(f"{m}_{s}" for m in columns for s in ("mean", "std", "ci95")), "seeds", "diverged"]
+        )
     grouped = frame.groupby(keys, sort=False)
     table = grouped["seed"].count().rename("seeds").to_frame()
     if metrics:
@@ -195,8 +205,10 @@ def mlrc_records(records: Iterable[Mapping[str, Any]], fold_key: str = MLRC_FOLD
             complete[(record["method"], record["dataset"], sweep_label(sweep), record["seed"])] = record
             continue
         if fold_key not in sweep:
-            raise ValueError(f"MLRC experiment: run {record.get('run_id')} has no sweep key {fold_key!r} "
-                             f"(sweep {sweep}); sweep {fold_key}: [0, 1, 2, 3]")
+            raise ValueError(
+                f"MLRC experiment: run {record.get('run_id')} has no sweep key {fold_key!r} "
+                f"(sweep {sweep}); sweep {fold_key}: [0, 1, 2, 3]"
+            )
         fold = sweep.pop(fold_key)
         key = (record["method"], record["dataset"], sweep_label(sweep), record["seed"])
         group = groups.setdefault(key, {"sweep": sweep, "folds": {}})
@@ -218,31 +230,58 @@ def mlrc_records(records: Iterable[Mapping[str, Any]], fold_key: str = MLRC_FOLD
         timings = [f.get("timing") or {} for f in folds]
         timing = {}
         if all("train_hours" in t for t in timings):  # the cost of the whole ensemble
-            timing = {"train_hours": sum(t["train_hours"] for t in timings),
-                      "seconds_per_epoch": sum(t["seconds_per_epoch"] for t in timings) / len(timings)}
+            timing = {
+                "train_hours": sum(t["train_hours"] for t in timings),
+                "seconds_per_epoch": sum(t["seconds_per_epoch"] for t in timings) / len(timings),
+            }
         untrained = {f"{name}@separated": value for name, value in _fold_means(results, "untrained_metrics").items()}
         whole = complete.pop((method, dataset, sweep_label(group["sweep"]), seed), None)
         if whole is not None:
             if whole["result"].get("status") != "completed":
                 diverged = True
-            metrics.update({f"{name}@complete": value for name, value in (whole["result"].get("metrics") or {}).items()})
-            untrained.update({f"{name}@complete": value
-                              for name, value in (whole["result"].get("untrained_metrics") or {}).items()})
-        out.append({"method": method, "dataset": dataset, "sweep": group["sweep"], "seed": seed, "folds": len(folds),
-                    "result": {"status": "diverged" if diverged else "completed", "metrics": metrics,
-                               "untrained_metrics": untrained, "proxy_metrics": _fold_means(results, "proxy_metrics")},
-                    "mechanism": _fold_mechanism([f.get("mechanism") or {} for f in folds]), "timing": timing})
+            metrics.update(
+                {f"{name}@complete": value for name, value in (whole["result"].get("metrics") or {}).items()}
+            )
+            untrained.update(
+                {f"{name}@complete": value for name, value in (whole["result"].get("untrained_metrics") or {}).items()}
+            )
+        out.append(
+            {
+                "method": method,
+                "dataset": dataset,
+                "sweep": group["sweep"],
+                "seed": seed,
+                "folds": len(folds),
+                "result": {
+                    "status": "diverged" if diverged else "completed",
+                    "metrics": metrics,
+                    "untrained_metrics": untrained,
+                    "proxy_metrics": _fold_means(results, "proxy_metrics"),
+                },
+                "mechanism": _fold_mechanism([f.get("mechanism") or {} for f in folds]),
+                "timing": timing,
+            }
+        )
     if complete:
         method, dataset, sweep, seed = next(iter(complete))
-        raise ValueError(f"MLRC experiment: a Complete run ({method}, {dataset}, {sweep!r}, seed {seed}) has no fold runs")
+        raise ValueError(
+            f"MLRC experiment: a Complete run ({method}, {dataset}, {sweep!r}, seed {seed}) has no fold runs"
+        )
     return out
 
 
 def _fold_means(results: list[Mapping[str, Any]], key: str) -> dict[str, float]:
     """The mean over the fold runs of each value of `result[key]` that every fold has."""
     found = [r.get(key) or {} for r in results]
-    return {name: sum(f[name] for f in found) / len(found) for name in found[0]
-            if all(f.get(name) is not None for f in found)} if found else {}
+    return (
+        {
+            name: sum(f[name] for f in found) / len(found)
+            for name in found[0]
+            if all(f.get(name) is not None for f in found)
+        }
+        if found
+        else {}
+    )
 
 
 #: how the fold runs of an MLRC reproduction combine into its mechanism value: every fold must alternate
@@ -251,8 +290,11 @@ _FOLD_COMBINE = {"alternations": min, "early_stopped": min, "loss_last_change": 
 
 
 def _fold_mechanism(folds: list[Mapping[str, float]]) -> dict[str, float]:
-    return {name: combine(f[name] for f in folds) for name, combine in _FOLD_COMBINE.items()
-            if folds and all(name in f for f in folds)}
+    return {
+        name: combine(f[name] for f in folds)
+        for name, combine in _FOLD_COMBINE.items()
+        if folds and all(name in f for f in folds)
+    }
 
 
 def _fold_embedding_files(folds: list[Mapping[str, Any]]) -> tuple[list, list | None]:
@@ -266,8 +308,17 @@ def write_table(table: pd.DataFrame, path: str | os.PathLike) -> None:
     atomic_write_text(path, table.to_csv(index=False, float_format="%.6g"))
 
 
-def write_experiment_tables(records: list[Mapping[str, Any]], metric_files: list[str], train_logs: list[str],
-                            metrics: list[str], *, mlrc: bool, last_finite: bool, table: str, seeds: str) -> None:
+def write_experiment_tables(
+    records: list[Mapping[str, Any]],
+    metric_files: list[str],
+    train_logs: list[str],
+    metrics: list[str],
+    *,
+    mlrc: bool,
+    last_finite: bool,
+    table: str,
+    seeds: str,
+) -> None:
     """Rule aggregate: the experiment's runs (record, metrics.json, train_log.csv) -> its table
     (mean ± std per cell) and its per-seed values (the Claims section's input)."""
     rows = []
@@ -275,8 +326,9 @@ def write_experiment_tables(records: list[Mapping[str, Any]], metric_files: list
         with open(path) as handle:
             result = json.load(handle)
         config = yaml.safe_load(RunDir(Path(path).parent).config.read_text())  # the run's resolved config
-        rows.append({**record, "result": result, "timing": timing_metrics(log),
-                     "mechanism": run_mechanism(result, log, config)})
+        rows.append(
+            {**record, "result": result, "timing": timing_metrics(log), "mechanism": run_mechanism(result, log, config)}
+        )
     if mlrc:  # fold runs -> separated / concatenated records
         rows = mlrc_records(rows)
     write_table(aggregate_runs(rows, metrics, last_finite=last_finite), table)

@@ -64,35 +64,54 @@ def with_probe(page: str) -> str:
     head = re.search(r"<head[^>]*>", page, re.IGNORECASE)
     if head is None:
         return PROBE + page
-    return page[:head.end()] + PROBE + page[head.end():]
+    return page[: head.end()] + PROBE + page[head.end() :]
 
 
-def check_report(index_html: str | os.PathLike, screenshot: str | os.PathLike | None = None,
-                 height: int = 4000, timeout: float = 120) -> dict:
+def check_report(
+    index_html: str | os.PathLike, screenshot: str | os.PathLike | None = None, height: int = 4000, timeout: float = 120
+) -> dict:
     """{"images": n, "broken": [src...], "console_errors": [message...]} for the report at `index_html`."""
     browser = find_chromium()
     if browser is None:
         raise FileNotFoundError("no chromium found on PATH (apt-get install chromium)")
     index_html = Path(index_html).resolve()
-    with tempfile.NamedTemporaryFile("w", suffix=".html", dir=index_html.parent, delete=False) as checked, \
-            tempfile.TemporaryDirectory() as profile:  # a fresh profile: no lock shared with another chromium
+    with (
+        tempfile.NamedTemporaryFile("w", suffix=".html", dir=index_html.parent, delete=False) as checked,
+        tempfile.TemporaryDirectory() as profile,
+    ):  # a fresh profile: no lock shared with another chromium
         checked.write(with_probe(index_html.read_text(encoding="utf-8")))
         checked.close()
         try:
-            dom = subprocess.run([browser, *FLAGS, f"--user-data-dir={profile}", "--dump-dom",
-                                  Path(checked.name).as_uri()], capture_output=True, text=True, timeout=timeout)
+            dom = subprocess.run(
+                [browser, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", Path(checked.name).as_uri()],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         finally:
             os.unlink(checked.name)
     found = re.search(r'<pre id="dmlrepro-check">([^<]*)</pre>', dom.stdout)
     if not found:  # its stderr is mostly D-Bus noise: the exit status says enough
-        raise RuntimeError(f"chromium ({browser}) did not load {index_html} (exit status {dom.returncode}); "
-                           f"expected a page it can open")
+        raise RuntimeError(
+            f"chromium ({browser}) did not load {index_html} (exit status {dom.returncode}); "
+            f"expected a page it can open"
+        )
     result = json.loads(html.unescape(found.group(1)))
     if screenshot:
         with tempfile.TemporaryDirectory() as profile:
-            subprocess.run([browser, *FLAGS, f"--user-data-dir={profile}", f"--window-size=1300,{height}",
-                            f"--screenshot={Path(screenshot).resolve()}", index_html.as_uri()],
-                           capture_output=True, text=True, timeout=timeout)
+            subprocess.run(
+                [
+                    browser,
+                    *FLAGS,
+                    f"--user-data-dir={profile}",
+                    f"--window-size=1300,{height}",
+                    f"--screenshot={Path(screenshot).resolve()}",
+                    index_html.as_uri(),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
     return result
 
 
@@ -103,16 +122,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--height", type=int, default=4000, help="screenshot height in pixels (default 4000)")
     args = parser.parse_args(argv)
     if not Path(args.index_html).is_file():
-        print(f"dmlrepro check-report: {args.index_html}: file not found; expected a built report, "
-              f"e.g. results/report/index.html", file=sys.stderr)
+        print(
+            f"dmlrepro check-report: {args.index_html}: file not found; expected a built report, "
+            f"e.g. results/report/index.html",
+            file=sys.stderr,
+        )
         return 2
     try:
         result = check_report(args.index_html, args.screenshot, args.height)
     except (OSError, RuntimeError, subprocess.TimeoutExpired) as error:
         print(f"dmlrepro check-report: {error}", file=sys.stderr)
         return 1
-    print(f"{result['images']} images, {len(result['broken'])} broken {result['broken']}, "
-          f"{len(result['console_errors'])} console messages")
+    print(
+        f"{result['images']} images, {len(result['broken'])} broken {result['broken']}, "
+        f"{len(result['console_errors'])} console messages"
+    )
     for line in result["console_errors"]:
         print("  ", line)
     return 1 if result["broken"] or result["console_errors"] else 0

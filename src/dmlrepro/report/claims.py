@@ -42,8 +42,7 @@ VERDICTS = (HOLDS, CONTRADICTED, INCONCLUSIVE, NOT_TESTABLE)
 TESTS = {"welch": "two-sided Welch t-test", "paired": "two-sided paired t-test (seeds both cells have)"}
 
 
-def comparison_verdict(delta: float | None, test: TTest | None, sign: int, k: int = 1,
-                       alpha: float = ALPHA) -> str:
+def comparison_verdict(delta: float | None, test: TTest | None, sign: int, k: int = 1, alpha: float = ALPHA) -> str:
     """One comparison: holds when p < alpha and sign(Δ) == sign (+1: better is higher, −1: lower);
     contradicted when p < alpha / k with the other sign; inconclusive otherwise."""
     if test is None or delta is None or delta == 0.0:
@@ -66,6 +65,7 @@ def claim_verdict(verdicts: Iterable[str]) -> str | None:
 
 
 # ---- the catalogue ------------------------------------------------------------------------------
+
 
 def read_catalogue(path: str | os.PathLike) -> dict:
     """The whole catalogue file: `checks` (the mechanism checks' expected ranges) and `claims`."""
@@ -121,8 +121,7 @@ def check_claims(claims: Sequence[Mapping], config: Mapping, scale: str) -> None
         for side, cell in spec["cells"].items():
             if side not in sides:
                 raise ValueError(f"{where}.scales.{scale}.cells: {side!r} is not one of sides {sorted(sides)}")
-            _check_cell(f"{where}.scales.{scale}.cells.{side}", cell, config, spec["datasets"],
-                        _metrics(claim, scale))
+            _check_cell(f"{where}.scales.{scale}.cells.{side}", cell, config, spec["datasets"], _metrics(claim, scale))
         for j, entry in enumerate(spec.get("checks") or []):
             _check_gate(f"{where}.scales.{scale}.checks[{j}]", claim, scale, entry, config)
 
@@ -136,8 +135,13 @@ def _check_gate(where: str, claim: Mapping, scale: str, entry: Mapping, config: 
         raise ValueError(f"{where}.side: {entry['side']!r} has no cell at scale {scale} ({sorted(cells)})")
     metric = _gate_metric(claim, scale, entry)
     for label, cell in _gate_targets(claim, scale, entry):
-        _check_cell(f"{where} ({label})", cell, config, claim["scales"][scale]["datasets"],
-                    [metric] if entry["check"] == "beats_untrained" else [])
+        _check_cell(
+            f"{where} ({label})",
+            cell,
+            config,
+            claim["scales"][scale]["datasets"],
+            [metric] if entry["check"] == "beats_untrained" else [],
+        )
 
 
 def _gate_metric(claim: Mapping, scale: str, entry: Mapping) -> str:
@@ -166,15 +170,16 @@ def _check_cell(where: str, cell: Mapping, config: Mapping, datasets: Sequence[s
         if experiment is None:
             raise ValueError(f"{where}.experiment: {name!r} is not an experiment of the config")
         if cell["method"] not in experiment["methods"]:
-            raise ValueError(f"{where}.method: {cell['method']!r} is not a method of experiment {name} "
-                             f"({experiment['methods']})")
+            raise ValueError(
+                f"{where}.method: {cell['method']!r} is not a method of experiment {name} ({experiment['methods']})"
+            )
         sweep = experiment.get("sweep") or {}
         for key, value in (cell.get("sweep") or {}).items():
             if key not in sweep or value not in sweep[key]:
-                raise ValueError(f"{where}.sweep: {key} = {value!r} is not a sweep point of experiment {name} "
-                                 f"({sweep})")
-        missing = [k for k in sweep if k not in (cell.get("sweep") or {}) and k != MLRC_FOLD_KEY
-                   and len(sweep[k]) > 1]
+                raise ValueError(
+                    f"{where}.sweep: {key} = {value!r} is not a sweep point of experiment {name} ({sweep})"
+                )
+        missing = [k for k in sweep if k not in (cell.get("sweep") or {}) and k != MLRC_FOLD_KEY and len(sweep[k]) > 1]
         if missing:
             raise ValueError(f"{where}.sweep: experiment {name} sweeps {missing}: name the point")
         absent = [m for m in metrics if m not in experiment["metrics"]]
@@ -186,6 +191,7 @@ def _check_cell(where: str, cell: Mapping, config: Mapping, datasets: Sequence[s
 
 
 # ---- evaluation ---------------------------------------------------------------------------------
+
 
 def _sweep_dict(label: Any) -> dict:
     """aggregate.sweep_label read back: "k1=v1, k2=v2" -> {k1: v1, k2: v2} (values as YAML)."""
@@ -218,8 +224,11 @@ def cell_values(tables: Mapping[str, pd.DataFrame], cell: Mapping, dataset: str,
 
 def _summary(values: Mapping[Any, float], metric: str) -> dict:
     x = np.asarray([paper_units(metric, v) for v in values.values()], dtype=np.float64)
-    return {"n": len(x), "mean": float(x.mean()) if len(x) else None,
-            "std": float(x.std(ddof=1)) if len(x) >= 2 else None}
+    return {
+        "n": len(x),
+        "mean": float(x.mean()) if len(x) else None,
+        "std": float(x.std(ddof=1)) if len(x) >= 2 else None,
+    }
 
 
 def _reason(test: TTest | None, a: Mapping, b: Mapping, paired: bool) -> str:
@@ -234,8 +243,9 @@ def _reason(test: TTest | None, a: Mapping, b: Mapping, paired: bool) -> str:
     return "no variation: t undefined"
 
 
-def evaluate_claim(claim: Mapping, scale: str, tables: Mapping[str, pd.DataFrame],
-                   ranges: Mapping[str, Mapping] | None = None) -> dict:
+def evaluate_claim(
+    claim: Mapping, scale: str, tables: Mapping[str, pd.DataFrame], ranges: Mapping[str, Mapping] | None = None
+) -> dict:
     """The claim's comparisons at `scale` from the per-seed tables, each with both sides' mean ± std
     and n (paper units), their untrained values, Δ, t, ν, p and its verdict; the mechanism checks of
     the scale (`ranges`: the catalogue's `checks`); the verdict of the comparisons alone
@@ -243,9 +253,13 @@ def evaluate_claim(claim: Mapping, scale: str, tables: Mapping[str, pd.DataFrame
     spec = (claim.get("scales") or {}).get(scale) or {"datasets": [], "cells": {}}
     paired = claim.get("test", "welch") == "paired"
     sign = -1 if claim.get("lower_is_better") else 1
-    units = [(better, worse, dataset, metric) for better, worse in comparisons(claim)
-             if better in spec["cells"] and worse in spec["cells"]
-             for dataset in spec["datasets"] for metric in _metrics(claim, scale)]
+    units = [
+        (better, worse, dataset, metric)
+        for better, worse in comparisons(claim)
+        if better in spec["cells"] and worse in spec["cells"]
+        for dataset in spec["datasets"]
+        for metric in _metrics(claim, scale)
+    ]
     rows = []
     for better, worse, dataset, metric in units:
         a = cell_values(tables, spec["cells"][better], dataset, metric)
@@ -253,24 +267,44 @@ def evaluate_claim(claim: Mapping, scale: str, tables: Mapping[str, pd.DataFrame
         test = paired_test(a, b) if paired else welch_test(list(a.values()), list(b.values()))
         sa, sb = _summary(a, metric), _summary(b, metric)
         delta = None if sa["mean"] is None or sb["mean"] is None else sa["mean"] - sb["mean"]
-        untrained = [_summary(cell_values(tables, spec["cells"][side], dataset, untrained_column(metric)), metric)
-                     for side in (better, worse)]
-        rows.append({"dataset": dataset, "metric": metric, "better": claim["sides"][better],
-                     "worse": claim["sides"][worse], "a": sa, "b": sb, "a_untrained": untrained[0],
-                     "b_untrained": untrained[1], "delta": delta,
-                     "t": None if test is None else test.t, "df": None if test is None else test.df,
-                     "p": None if test is None else test.p, "reason": _reason(test, a, b, paired),
-                     "verdict": comparison_verdict(delta, test, sign, k=len(units))})
+        untrained = [
+            _summary(cell_values(tables, spec["cells"][side], dataset, untrained_column(metric)), metric)
+            for side in (better, worse)
+        ]
+        rows.append(
+            {
+                "dataset": dataset,
+                "metric": metric,
+                "better": claim["sides"][better],
+                "worse": claim["sides"][worse],
+                "a": sa,
+                "b": sb,
+                "a_untrained": untrained[0],
+                "b_untrained": untrained[1],
+                "delta": delta,
+                "t": None if test is None else test.t,
+                "df": None if test is None else test.df,
+                "p": None if test is None else test.p,
+                "reason": _reason(test, a, b, paired),
+                "verdict": comparison_verdict(delta, test, sign, k=len(units)),
+            }
+        )
     tested = claim_verdict(r["verdict"] for r in rows)
     checks = [] if tested is None else gate_checks(claim, scale, tables, ranges)
     failing = [c for c in checks if not c["pass"]]
-    return {"comparisons": rows, "test_verdict": tested, "p": claim_p(rows, tested), "checks": checks,
-            "failing_checks": [f"{c['name']} ({c['target']}, {c['dataset']})" for c in failing],
-            "verdict": NOT_TESTABLE if failing else tested}
+    return {
+        "comparisons": rows,
+        "test_verdict": tested,
+        "p": claim_p(rows, tested),
+        "checks": checks,
+        "failing_checks": [f"{c['name']} ({c['target']}, {c['dataset']})" for c in failing],
+        "verdict": NOT_TESTABLE if failing else tested,
+    }
 
 
-def gate_checks(claim: Mapping, scale: str, tables: Mapping[str, pd.DataFrame],
-                ranges: Mapping[str, Mapping] | None) -> list[dict]:
+def gate_checks(
+    claim: Mapping, scale: str, tables: Mapping[str, pd.DataFrame], ranges: Mapping[str, Mapping] | None
+) -> list[dict]:
     """The scale's mechanism checks (report.mechanisms.run_check) on each of its datasets, each with the
     `target` it checked (a side's label, or the named cell) and its `dataset`."""
     entries = ((claim.get("scales") or {}).get(scale) or {}).get("checks") or []
@@ -281,10 +315,18 @@ def gate_checks(claim: Mapping, scale: str, tables: Mapping[str, pd.DataFrame],
         name, metric = entry["check"], _gate_metric(claim, scale, entry)
         for dataset in claim["scales"][scale]["datasets"]:
             for label, cell in _gate_targets(claim, scale, entry):
+
                 def read(column, cell=cell, dataset=dataset):
                     return cell_values(tables, cell, dataset, column)
-                out.append({**run_check(name, ranges[name], read, metric), "target": label, "dataset": dataset,
-                            "metric": metric if name == "beats_untrained" else None})
+
+                out.append(
+                    {
+                        **run_check(name, ranges[name], read, metric),
+                        "target": label,
+                        "dataset": dataset,
+                        "metric": metric if name == "beats_untrained" else None,
+                    }
+                )
     return out
 
 
@@ -314,34 +356,69 @@ def reported_numbers(claim: Mapping, reported_dir: str | os.PathLike) -> list[di
             hit = frame[(frame["dataset"] == dataset) & (frame["method"] == printed)]
             if len(hit):
                 row = hit.iloc[0]
-                values.append({"side": side, "label": claim["sides"][side], "printed": printed,
-                               "text": row["value_text"], "std": None if math.isnan(row["std"]) else float(row["std"])})
+                values.append(
+                    {
+                        "side": side,
+                        "label": claim["sides"][side],
+                        "printed": printed,
+                        "text": row["value_text"],
+                        "std": None if math.isnan(row["std"]) else float(row["std"]),
+                    }
+                )
         out.append({"dataset": dataset, "values": values})
     return out
 
 
-def claims_section(claims: Sequence[Mapping], scale: str, tables: Mapping[str, pd.DataFrame],
-                   reported_dir: str | os.PathLike, ranges: Mapping[str, Mapping] | None = None) -> dict:
+def claims_section(
+    claims: Sequence[Mapping],
+    scale: str,
+    tables: Mapping[str, pd.DataFrame],
+    reported_dir: str | os.PathLike,
+    ranges: Mapping[str, Mapping] | None = None,
+) -> dict:
     """The Claims section: for each claim its quote and source, its comparisons, mechanism checks
     (`ranges`: the catalogue's `checks`) and verdict at `scale` (this config's runs), and the paper's
     own numbers for context."""
     out = []
     for claim in claims:
         evaluated = evaluate_claim(claim, scale, tables, ranges)
-        out.append({"id": claim["id"], "paper": claim["paper"], "source": claim["source"],
-                    "quote": claim["quote"], "claim": claim["claim"], "metrics": _metrics(claim, scale),
-                    "test": TESTS[claim.get("test", "welch")], "lower_is_better": bool(claim.get("lower_is_better")),
-                    "reported_table": (claim.get("reported") or {}).get("table"),
-                    "reported_metric": (claim.get("reported") or {}).get("metric", _metrics(claim)[0]),
-                    "reported": reported_numbers(claim, reported_dir), **evaluated})
+        out.append(
+            {
+                "id": claim["id"],
+                "paper": claim["paper"],
+                "source": claim["source"],
+                "quote": claim["quote"],
+                "claim": claim["claim"],
+                "metrics": _metrics(claim, scale),
+                "test": TESTS[claim.get("test", "welch")],
+                "lower_is_better": bool(claim.get("lower_is_better")),
+                "reported_table": (claim.get("reported") or {}).get("table"),
+                "reported_metric": (claim.get("reported") or {}).get("metric", _metrics(claim)[0]),
+                "reported": reported_numbers(claim, reported_dir),
+                **evaluated,
+            }
+        )
     counts = {v: sum(c["verdict"] == v for c in out) for v in VERDICTS}
     counts["not run"] = sum(c["verdict"] is None for c in out)
     return {"scale": scale, "alpha": ALPHA, "claims": out, "counts": counts}
 
 
 #: a check's fields in claims.json
-CHECK_FIELDS = ("name", "target", "dataset", "metric", "value", "low", "high", "expected", "pass", "n", "p",
-                "detail", "source")
+CHECK_FIELDS = (
+    "name",
+    "target",
+    "dataset",
+    "metric",
+    "value",
+    "low",
+    "high",
+    "expected",
+    "pass",
+    "n",
+    "p",
+    "detail",
+    "source",
+)
 
 
 def claims_record(section: Mapping | None) -> dict:
@@ -350,13 +427,23 @@ def claims_record(section: Mapping | None) -> dict:
     check's name, target, dataset, value, expected range and pass; the same evaluation as the section."""
     if section is None:
         return {"scale": None, "alpha": ALPHA, "counts": {}, "claims": []}
-    claims = [{"id": c["id"], "paper": c["paper"], "source": c["source"],
-               "verdict": c["verdict"] or "not run at this scale", "test_verdict": c.get("test_verdict"),
-               "p": c.get("p"), "failing_checks": c.get("failing_checks", []),
-               "checks": [{k: check.get(k) for k in CHECK_FIELDS} for check in c.get("checks", [])],
-               "comparisons": [{k: r[k] for k in ("dataset", "metric", "better", "worse", "delta", "p", "verdict")}
-                               for r in c["comparisons"]]}
-              for c in section["claims"]]
+    claims = [
+        {
+            "id": c["id"],
+            "paper": c["paper"],
+            "source": c["source"],
+            "verdict": c["verdict"] or "not run at this scale",
+            "test_verdict": c.get("test_verdict"),
+            "p": c.get("p"),
+            "failing_checks": c.get("failing_checks", []),
+            "checks": [{k: check.get(k) for k in CHECK_FIELDS} for check in c.get("checks", [])],
+            "comparisons": [
+                {k: r[k] for k in ("dataset", "metric", "better", "worse", "delta", "p", "verdict")}
+                for r in c["comparisons"]
+            ],
+        }
+        for c in section["claims"]
+    ]
     return {"scale": section["scale"], "alpha": section["alpha"], "counts": section["counts"], "claims": claims}
 
 

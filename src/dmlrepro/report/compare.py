@@ -34,8 +34,13 @@ def _num(value: Any) -> float | None:
     return None if math.isnan(value) else value
 
 
-def verdict(paper: float | None, paper_std: float | None, ours: float | None, ours_std: float | None,
-            within: float = WITHIN_SIGMAS):
+def verdict(
+    paper: float | None,
+    paper_std: float | None,
+    ours: float | None,
+    ours_std: float | None,
+    within: float = WITHIN_SIGMAS,
+):
     """(Δ, σ, within) for one cell; None where it cannot be said. `within`: |Δ| ≤ within · σ."""
     if paper is None or ours is None:
         return None, None, None
@@ -48,9 +53,15 @@ def row_label(method: str, sweep: str) -> str:
     return f"{method} ({sweep})" if sweep else method
 
 
-def comparison_table(aggregated: pd.DataFrame, reported: pd.DataFrame | None, metrics: Sequence[str],
-                     methods: Mapping[str, str], datasets: Mapping[str, str], expected_seeds: int,
-                     uncertainty: str = "std") -> dict:
+def comparison_table(
+    aggregated: pd.DataFrame,
+    reported: pd.DataFrame | None,
+    metrics: Sequence[str],
+    methods: Mapping[str, str],
+    datasets: Mapping[str, str],
+    expected_seeds: int,
+    uncertainty: str = "std",
+) -> dict:
     """The table as plain data (JSON-able) for the HTML template.
 
     `methods` / `datasets` map our names to the printed ones (our names without an entry are
@@ -64,13 +75,25 @@ def comparison_table(aggregated: pd.DataFrame, reported: pd.DataFrame | None, me
         our_datasets = list(dict.fromkeys(aggregated["dataset"]))
     else:  # a published-only table (no runs): its printed columns, in the reported table's order
         printed_order = [] if reported is None else list(dict.fromkeys(reported["dataset"]))
-        our_datasets = sorted(datasets, key=lambda d: printed_order.index(datasets[d])
-                              if datasets[d] in printed_order else len(printed_order))
-    columns = [{"dataset": datasets.get(d, d), "ours_dataset": d, "metric": m,
-                "stand_in": bool(len(aggregated)) and is_stand_in(d, datasets.get(d, d))}
-               for d in our_datasets for m in metrics]
-    paper = {} if reported is None else {
-        (r.method, r.dataset, r.metric): (r.value, r.std, r.value_text) for r in reported.itertuples()}
+        our_datasets = sorted(
+            datasets,
+            key=lambda d: printed_order.index(datasets[d]) if datasets[d] in printed_order else len(printed_order),
+        )
+    columns = [
+        {
+            "dataset": datasets.get(d, d),
+            "ours_dataset": d,
+            "metric": m,
+            "stand_in": bool(len(aggregated)) and is_stand_in(d, datasets.get(d, d)),
+        }
+        for d in our_datasets
+        for m in metrics
+    ]
+    paper = (
+        {}
+        if reported is None
+        else {(r.method, r.dataset, r.metric): (r.value, r.std, r.value_text) for r in reported.itertuples()}
+    )
     rows = []
     ours_printed = set(methods.values())
     if reported is not None:  # the literature rows, in printed order
@@ -96,9 +119,15 @@ def comparison_table(aggregated: pd.DataFrame, reported: pd.DataFrame | None, me
             if not column["stand_in"]:
                 delta, sigma, within = verdict(cell["paper"], cell["paper_std"], ours, ours_std, within_factor)
             cells.append({**cell, "ours": ours, "ours_std": ours_std, "delta": delta, "sigma": sigma, "within": within})
-        rows = _merge_row(rows, {
-            "label": row_label(printed or record["method"], record["sweep"]), "source": "ours",
-            "status": _status(record, expected_seeds), "cells": cells})
+        rows = _merge_row(
+            rows,
+            {
+                "label": row_label(printed or record["method"], record["sweep"]),
+                "source": "ours",
+                "status": _status(record, expected_seeds),
+                "cells": cells,
+            },
+        )
     return {"columns": columns, "rows": rows, "uncertainty": uncertainty}
 
 

@@ -29,9 +29,16 @@ def _save(fig, path: str | os.PathLike) -> None:
     plt.close(fig)
 
 
-def sweep_figure(aggregated: pd.DataFrame, key: str, metric: str, path: str | os.PathLike, *,
-                 x_label: str | None = None, datasets: Mapping[str, str] | None = None,
-                 x_offset: float = 0.0) -> None:
+def sweep_figure(
+    aggregated: pd.DataFrame,
+    key: str,
+    metric: str,
+    path: str | os.PathLike,
+    *,
+    x_label: str | None = None,
+    datasets: Mapping[str, str] | None = None,
+    x_offset: float = 0.0,
+) -> None:
     """`metric` (mean ± std over seeds, paper units) against the swept `key`, one panel per
     dataset and one line per method, as PFML Fig. 3. `x_offset` is subtracted from x (Fig. 3d
     plots δ_rep − δ_att)."""
@@ -80,12 +87,20 @@ def tsne_2d(points: np.ndarray, seed: int) -> np.ndarray:
     """2-D t-SNE (scikit-learn, PCA init, fixed seed; perplexity 30, or (n − 1) / 3 for few points)."""
     from sklearn.manifold import TSNE  # deferred: scikit-learn (seconds), only the t-SNE figure
 
-    return TSNE(n_components=2, init="pca", random_state=seed,
-                perplexity=min(30.0, max(2.0, (len(points) - 1) / 3))).fit_transform(points)
+    return TSNE(
+        n_components=2, init="pca", random_state=seed, perplexity=min(30.0, max(2.0, (len(points) - 1) / 3))
+    ).fit_transform(points)
 
 
-def tsne_figure(embeddings: np.ndarray, labels: np.ndarray, path: str | os.PathLike, *, seed: int = 0,
-                max_points: int = 2000, title: str = "") -> None:
+def tsne_figure(
+    embeddings: np.ndarray,
+    labels: np.ndarray,
+    path: str | os.PathLike,
+    *,
+    seed: int = 0,
+    max_points: int = 2000,
+    title: str = "",
+) -> None:
     """A t-SNE (scikit-learn, fixed seed) of at most `max_points` embeddings (a seeded subset),
     coloured by class."""
     rng = np.random.default_rng(seed)
@@ -111,8 +126,16 @@ def toy_field_figure(toy: Mapping, path: str | os.PathLike) -> None:
         step = max(1, len(axis) // 20)
         f = force[::step, ::step]
         norm = np.hypot(f[..., 0], f[..., 1]) + 1e-12
-        ax.quiver(axis[::step], axis[::step], f[..., 0] / norm, f[..., 1] / norm, color="white", alpha=0.6,
-                  scale=30, width=0.004)
+        ax.quiver(
+            axis[::step],
+            axis[::step],
+            f[..., 0] / norm,
+            f[..., 1] / norm,
+            color="white",
+            alpha=0.6,
+            scale=30,
+            width=0.004,
+        )
         own = labels == cls
         ax.scatter(points[own, 0], points[own, 1], marker="o", c="red", s=30)
         ax.scatter(points[~own, 0], points[~own, 1], marker="x", c="black", s=30)
@@ -127,12 +150,13 @@ def toy_field_figure(toy: Mapping, path: str | os.PathLike) -> None:
 # -- RSW: per-epoch curves (Fig. 9), heat maps over two sweep keys (Fig. 7), the analytic loss
 # -- landscape of the warping functions (Fig. 3/5) and 2-D embeddings with proxies (Fig. 10)
 
+
 def curves_figure(curves: Sequence[dict], path: str | os.PathLike, *, y_label: str, title: str = "") -> None:
     """One line per entry of `curves` (`label`, `epoch`, `value`: arrays of equal length) against
     the epoch; a curve that stops early (a diverged run) ends with a cross."""
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
     for curve in curves:
-        line, = ax.plot(curve["epoch"], curve["value"], marker="o", ms=3, label=curve["label"])
+        (line,) = ax.plot(curve["epoch"], curve["value"], marker="o", ms=3, label=curve["label"])
         if curve.get("diverged") and len(curve["epoch"]):
             ax.plot(curve["epoch"][-1], curve["value"][-1], marker="x", ms=10, color=line.get_color())
     ax.set_xlabel("epoch (0 = untrained)")
@@ -155,16 +179,32 @@ def heatmap_grid(aggregated: pd.DataFrame, x: str, y: str, metric: str) -> tuple
     return xs, ys, grid
 
 
-def heatmap_figure(aggregated: pd.DataFrame, x: str, y: str, metric: str, path: str | os.PathLike, *,
-                   x_label: str | None = None, y_label: str | None = None, title: str = "") -> None:
+def heatmap_figure(
+    aggregated: pd.DataFrame,
+    x: str,
+    y: str,
+    metric: str,
+    path: str | os.PathLike,
+    *,
+    x_label: str | None = None,
+    y_label: str | None = None,
+    title: str = "",
+) -> None:
     """`metric` (mean over seeds, paper units) over the grid of two swept keys, values printed."""
     xs, ys, grid = heatmap_grid(aggregated, x, y, metric)
     fig, ax = plt.subplots(figsize=(1.1 * len(xs) + 2.2, 0.8 * len(ys) + 1.6))
     shown = ax.imshow(np.ma.masked_invalid(grid), origin="lower", cmap="viridis", aspect="auto")
     fig.colorbar(shown, ax=ax, label=metric + (" (%)" if paper_units(metric, 1.0) == 100.0 else ""))
     for (i, j), value in np.ndenumerate(grid):
-        ax.text(j, i, "–" if np.isnan(value) else f"{value:.3g}", ha="center", va="center", fontsize=8,
-                color="white" if np.isnan(value) or value < np.nanmean(grid) else "black")
+        ax.text(
+            j,
+            i,
+            "–" if np.isnan(value) else f"{value:.3g}",
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="white" if np.isnan(value) or value < np.nanmean(grid) else "black",
+        )
     ax.set_xticks(range(len(xs)), [f"{v:g}" for v in xs])
     ax.set_yticks(range(len(ys)), [f"{v:g}" for v in ys])
     ax.set_xlabel(x_label or x)
@@ -174,8 +214,9 @@ def heatmap_figure(aggregated: pd.DataFrame, x: str, y: str, metric: str, path: 
     _save(fig, path)
 
 
-def landscape_figure(panels: Sequence[Mapping], proxies: np.ndarray, path: str | os.PathLike, *,
-                     ground_truth: int = 0) -> None:
+def landscape_figure(
+    panels: Sequence[Mapping], proxies: np.ndarray, path: str | os.PathLike, *, ground_truth: int = 0
+) -> None:
     """RSW Fig. 3/5: one panel per entry of `panels` (report.landscapes.landscape_panels: `title`,
     `x`, `y`, `values`), the loss landscape over the plane with the proxies marked (ground truth:
     gold star) and the grid's minimum (red +)."""
@@ -204,23 +245,27 @@ def embedding_2d_figure(panels: Sequence[dict], path: str | os.PathLike) -> None
     for ax, panel in zip(axes[0], panels):
         emb, labels = np.asarray(panel["embeddings"]), np.asarray(panel["labels"])
         if emb.ndim != 2 or emb.shape[1] != 2:
-            raise ValueError(f"embedding_2d: {panel['title']}: embeddings of shape {emb.shape}, expected (N, 2) "
-                             f"(set model.embedding_size: 2)")
+            raise ValueError(
+                f"embedding_2d: {panel['title']}: embeddings of shape {emb.shape}, expected (N, 2) "
+                f"(set model.embedding_size: 2)"
+            )
         classes = sorted(set(labels.tolist()) | set(np.asarray(panel["proxy_labels"]).tolist()))
         colour = {c: plt.cm.tab10(i % 10) for i, c in enumerate(classes)}
         ax.scatter(emb[:, 0], emb[:, 1], c=[colour[c] for c in labels.tolist()], s=6, alpha=0.6)
         seen = set(labels.tolist())
         for p, c in zip(np.asarray(panel["proxies"]), np.asarray(panel["proxy_labels"]).tolist()):
-            ax.scatter(p[0], p[1], marker="*", s=220, edgecolors="black",
-                       c=[colour[c] if c in seen else (0.6, 0.6, 0.6, 1.0)])
+            ax.scatter(
+                p[0], p[1], marker="*", s=220, edgecolors="black", c=[colour[c] if c in seen else (0.6, 0.6, 0.6, 1.0)]
+            )
         ax.set_title(panel["title"], fontsize=9)
         ax.set_aspect("equal", adjustable="datalim")
         ax.grid(alpha=0.3)
     _save(fig, path)
 
 
-def histogram_figure(values: Sequence[float], path: str | os.PathLike, *, x_label: str, title: str = "",
-                     unit: float | None = None) -> None:
+def histogram_figure(
+    values: Sequence[float], path: str | os.PathLike, *, x_label: str, title: str = "", unit: float | None = None
+) -> None:
     """A histogram of `values` (ASAP Fig. 4b: steps per projection); bins of width `unit` when given."""
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     values = np.asarray(values, dtype=float)
@@ -245,15 +290,29 @@ def projection_geometry_figure(panels: Sequence[dict], path: str | os.PathLike, 
         xy = tsne_2d(np.asarray(panel["embeddings"], dtype=np.float32), seed)
         ax.scatter(xy[:, 0], xy[:, 1], c=np.asarray(panel["labels"]) % 20, cmap="tab20", s=5)
         ax.set_title(panel["title"], fontsize=9)
-        ax.text(0.02, 0.02, panel["annotation"], transform=ax.transAxes, fontsize=8, va="bottom",
-                bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
+        ax.text(
+            0.02,
+            0.02,
+            panel["annotation"],
+            transform=ax.transAxes,
+            fontsize=8,
+            va="bottom",
+            bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"},
+        )
         ax.set_xticks([])
         ax.set_yticks([])
     _save(fig, path)
 
 
-def search_surface_figure(surface, path: str | os.PathLike, *, x_label: str, y_label: str, title: str = "",
-                          value_label: str = "validation MAP@R") -> None:
+def search_surface_figure(
+    surface,
+    path: str | os.PathLike,
+    *,
+    x_label: str,
+    y_label: str,
+    title: str = "",
+    value_label: str = "validation MAP@R",
+) -> None:
     """A Bayesian search's GP posterior mean over two searched keys (tuning.posterior_surface), the
     trials as points and the best one starred, as ASAP Fig. 2 ("Gaussian Process Regression to
     Parameter Space"). A value 0 on a log axis sits at the surface's x_zero / y_zero (marked)."""
@@ -262,8 +321,15 @@ def search_surface_figure(surface, path: str | os.PathLike, *, x_label: str, y_l
     fig.colorbar(shown, ax=ax, label=f"GP posterior mean of the {value_label}")
     ax.scatter(surface.x_obs, surface.y_obs, c="white", edgecolors="black", s=22, label="trials")
     best = int(np.argmax(surface.values))
-    ax.scatter([surface.x_obs[best]], [surface.y_obs[best]], marker="*", c="red", s=160, edgecolors="black",
-               label=f"best ({surface.values[best]:.3g})")
+    ax.scatter(
+        [surface.x_obs[best]],
+        [surface.y_obs[best]],
+        marker="*",
+        c="red",
+        s=160,
+        edgecolors="black",
+        label=f"best ({surface.values[best]:.3g})",
+    )
     for zero, line in ((surface.x_zero, ax.axvline), (surface.y_zero, ax.axhline)):
         if zero is not None:
             line(zero, color="white", ls=":", lw=1)
@@ -275,8 +341,9 @@ def search_surface_figure(surface, path: str | os.PathLike, *, x_label: str, y_l
     _save(fig, path)
 
 
-def improvement_figure(rows: Sequence[Mapping], path: str | os.PathLike, *, y_label: str,
-                       datasets: Mapping[str, str] | None = None) -> None:
+def improvement_figure(
+    rows: Sequence[Mapping], path: str | os.PathLike, *, y_label: str, datasets: Mapping[str, str] | None = None
+) -> None:
     """ASAP Fig. 5 (ASAP-R22): one panel per dataset, a bar per method holding its metric, bars grouped by
     base loss (the base first, grey; its variants green where they improve on it, red where not),
     each variant annotated with its absolute Δ over the base (and Δ in % of the base); a method with
@@ -286,8 +353,9 @@ def improvement_figure(rows: Sequence[Mapping], path: str | os.PathLike, *, y_la
     variant / alone, `value`, `delta`, `delta_pct`), in the order to draw."""
     panels = list(dict.fromkeys((r["dataset"], r["sweep"]) for r in rows))
     width = max((sum(1 for r in rows if (r["dataset"], r["sweep"]) == p) for p in panels), default=1)
-    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(max(4.5, 0.55 * width + 1.5) * max(len(panels), 1), 4.2),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, max(len(panels), 1), figsize=(max(4.5, 0.55 * width + 1.5) * max(len(panels), 1), 4.2), squeeze=False
+    )
     for ax, (dataset, sweep) in zip(axes[0], panels):
         mine = [r for r in rows if (r["dataset"], r["sweep"]) == (dataset, sweep)]
         x, next_x, ticks, previous = [], 0.0, [], None
@@ -298,8 +366,12 @@ def improvement_figure(rows: Sequence[Mapping], path: str | os.PathLike, *, y_la
             ticks.append(r["label"])
             previous, next_x = r["group"], next_x + 1.0
         values = [np.nan if r["value"] is None else r["value"] for r in mine]
-        colours = ["0.6" if r["role"] != "variant" else
-                   ("0.85" if r["delta"] is None else "tab:green" if r["delta"] >= 0 else "tab:red") for r in mine]
+        colours = [
+            "0.6"
+            if r["role"] != "variant"
+            else ("0.85" if r["delta"] is None else "tab:green" if r["delta"] >= 0 else "tab:red")
+            for r in mine
+        ]
         bars = ax.bar(x, values, color=colours, edgecolor="black", width=0.8)
         for bar, r in zip(bars, mine):
             if r["role"] == "alone":  # no base loss among the methods: drawn for comparison
@@ -310,8 +382,9 @@ def improvement_figure(rows: Sequence[Mapping], path: str | os.PathLike, *, y_la
         for xi, r, v in zip(x, mine, values):
             if r["role"] == "variant" and r["delta"] is not None and np.isfinite(v):
                 text = f"{r['delta']:+.2f}" + ("" if r["delta_pct"] is None else f"\n({r['delta_pct']:+.1f} %)")
-                ax.annotate(text, (xi, v), xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
-                            fontsize=7)
+                ax.annotate(
+                    text, (xi, v), xytext=(0, 2), textcoords="offset points", ha="center", va="bottom", fontsize=7
+                )
         ax.set_ylim(0, top * 1.18 if top > 0 else 1.0)
         ax.set_xticks(x)
         ax.set_xticklabels(ticks, rotation=60, ha="right", fontsize=8)

@@ -34,10 +34,16 @@ def pvalue(value: float | None) -> str:
     return "< 0.001" if value < 0.001 else f"{value:.3g}"
 
 
-def render_report(sections: Sequence[Mapping[str, Any]], section_dirs: Sequence[str | os.PathLike],
-                  provenance: Mapping[str, Any], out_html: str | os.PathLike, template_dir: str | os.PathLike,
-                  title: str = "dmlrepro report", readings_dir: str | os.PathLike | None = None,
-                  claims: Mapping[str, Any] | None = None) -> None:
+def render_report(
+    sections: Sequence[Mapping[str, Any]],
+    section_dirs: Sequence[str | os.PathLike],
+    provenance: Mapping[str, Any],
+    out_html: str | os.PathLike,
+    template_dir: str | os.PathLike,
+    title: str = "dmlrepro report",
+    readings_dir: str | os.PathLike | None = None,
+    claims: Mapping[str, Any] | None = None,
+) -> None:
     """Copy every section's figures into `<out>/figures/` and write `out_html` last (atomically).
 
     `readings_dir`: the docs/readings the sections' `readings` link to (default: the one of the
@@ -45,18 +51,33 @@ def render_report(sections: Sequence[Mapping[str, Any]], section_dirs: Sequence[
     out_html = Path(out_html)
     if readings_dir is None:
         readings_dir = readings_dir_of(Path(template_dir).resolve().parents[1])
-    sections = [{**s, "reading_links": reading_links(s.get("readings") or (), readings_dir, out_html.parent,
-                                                     f"experiments.{s.get('experiment')}.report.readings")}
-                for s in sections]
+    sections = [
+        {
+            **s,
+            "reading_links": reading_links(
+                s.get("readings") or (),
+                readings_dir,
+                out_html.parent,
+                f"experiments.{s.get('experiment')}.report.readings",
+            ),
+        }
+        for s in sections
+    ]
     figures = out_html.parent / FIGURES
     figures.mkdir(parents=True, exist_ok=True)
     for section, folder in zip(sections, section_dirs):
         for figure in section["figures"]:
             shutil.copyfile(Path(folder) / figure["file"], figures / figure["file"])
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(template_dir)), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(template_dir)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["fmt"] = fmt
     env.filters["pvalue"] = pvalue
-    html = env.get_template(TEMPLATE).render(title=title, sections=sections, provenance=provenance,
-                                             figures_dir=FIGURES, claims=claims)  # claims: report.claims
+    html = env.get_template(TEMPLATE).render(
+        title=title, sections=sections, provenance=provenance, figures_dir=FIGURES, claims=claims
+    )  # claims: report.claims
     atomic_write_text(out_html, html)

@@ -147,9 +147,18 @@ def sweep_section(inputs: SectionInputs) -> None:
     spec = inputs.spec
     x_label = spec.get("x_label", spec["x"])
     for metric in spec.get("plot_metrics", inputs.metrics[:1]):
-        path = inputs.figure(_file(inputs.name, metric=metric), f"{metric} vs {x_label}, mean ± std over {inputs.seeds} seed(s)")
-        figures.sweep_figure(inputs.aggregated, spec["x"], metric, path, x_label=spec.get("x_label"),
-                             datasets=inputs.datasets, x_offset=float(spec.get("x_offset", 0.0)))
+        path = inputs.figure(
+            _file(inputs.name, metric=metric), f"{metric} vs {x_label}, mean ± std over {inputs.seeds} seed(s)"
+        )
+        figures.sweep_figure(
+            inputs.aggregated,
+            spec["x"],
+            metric,
+            path,
+            x_label=spec.get("x_label"),
+            datasets=inputs.datasets,
+            x_offset=float(spec.get("x_offset", 0.0)),
+        )
 
 
 @register_kind("timing", table=True)
@@ -159,17 +168,21 @@ def timing_section(inputs: SectionInputs) -> None:
 
 @register_kind("hparams")
 def hparams_section(inputs: SectionInputs) -> None:
-    inputs.section["hparams"] = hparam_rows(inputs.runs, inputs.reported, inputs.spec.get("keys") or {},
-                                            inputs.methods, inputs.datasets)
+    inputs.section["hparams"] = hparam_rows(
+        inputs.runs, inputs.reported, inputs.spec.get("keys") or {}, inputs.methods, inputs.datasets
+    )
 
 
 @register_kind("retrieval")
 def retrieval_section(inputs: SectionInputs) -> None:
     count, k = int(inputs.spec.get("queries", 2)), int(inputs.spec.get("neighbours", 4))
     for run in first_runs_per_dataset(inputs.runs):
-        path = inputs.figure(_file(inputs.name, run["dataset"]), f"{inputs.datasets.get(run['dataset'], run['dataset'])}: "
-                             f"queries (black) and their nearest test neighbours, green = same class, "
-                             f"red = other (run {run['run_id']})")
+        path = inputs.figure(
+            _file(inputs.name, run["dataset"]),
+            f"{inputs.datasets.get(run['dataset'], run['dataset'])}: "
+            f"queries (black) and their nearest test neighbours, green = same class, "
+            f"red = other (run {run['run_id']})",
+        )
         figures.retrieval_grid(retrieval_queries(run, count, k), path, title=run["run_id"])
 
 
@@ -181,8 +194,9 @@ def tsne_section(inputs: SectionInputs) -> None:
     for run in first_runs_per_dataset(inputs.runs):
         found = load_embeddings(RunDir(run["dir"]).embeddings())
         path = inputs.figure(_file(inputs.name, run["dataset"]), f"t-SNE of the test embeddings of {run['run_id']}")
-        figures.tsne_figure(found.embeddings, found.labels, path, seed=int(inputs.spec.get("seed", 0)),
-                            title=f"t-SNE, {run['run_id']}")
+        figures.tsne_figure(
+            found.embeddings, found.labels, path, seed=int(inputs.spec.get("seed", 0)), title=f"t-SNE, {run['run_id']}"
+        )
 
 
 @register_kind("toy_field")
@@ -195,10 +209,16 @@ def toy_field_section(inputs: SectionInputs) -> None:
     for method in inputs.experiment["methods"]:
         loss_cfg = inputs.method_configs[method]["loss"]
         toy = toy_configuration(int(inputs.spec.get("seed", 0)))
-        loss = build_loss(loss_cfg["name"], num_classes=2, embedding_size=2,
-                          **{**(loss_cfg.get("hparams") or {}), "proxies_per_class": 2})
-        path = inputs.figure(_file(inputs.name, method), f"class fields Ψ₁, Ψ₂ of {method} ({loss.extra_repr()}) "
-                             f"with the net force −∇Ψ (arrows, direction only)")
+        loss = build_loss(
+            loss_cfg["name"],
+            num_classes=2,
+            embedding_size=2,
+            **{**(loss_cfg.get("hparams") or {}), "proxies_per_class": 2},
+        )
+        path = inputs.figure(
+            _file(inputs.name, method),
+            f"class fields Ψ₁, Ψ₂ of {method} ({loss.extra_repr()}) with the net force −∇Ψ (arrows, direction only)",
+        )
         figures.toy_field_figure(toy_fields(loss, *toy), path)
 
 
@@ -206,8 +226,11 @@ def toy_field_section(inputs: SectionInputs) -> None:
 def curves_section(inputs: SectionInputs) -> None:
     column = inputs.spec.get("column", "test_recall@1")
     y_label = inputs.spec.get("y_label", column)
-    path = inputs.figure(_file(inputs.name, metric=column), f"{y_label} (train_log.csv column {column}) per epoch, mean "
-                         f"over seeds; × = the last finite epoch of a diverged run")
+    path = inputs.figure(
+        _file(inputs.name, metric=column),
+        f"{y_label} (train_log.csv column {column}) per epoch, mean "
+        f"over seeds; × = the last finite epoch of a diverged run",
+    )
     figures.curves_figure(run_curves(inputs.runs, column, inputs.methods), path, y_label=y_label)
 
 
@@ -216,11 +239,21 @@ def heatmap_section(inputs: SectionInputs) -> None:
     spec = inputs.spec
     metric = (spec.get("plot_metrics") or inputs.metrics)[0]
     for (method, dataset), rows in inputs.aggregated.groupby(["method", "dataset"], sort=False):
-        path = inputs.figure(_file(inputs.name, method, dataset, metric=metric), f"{metric} (mean over {inputs.seeds} "
-                             f"seed(s)) over {spec.get('x_label', spec['x'])} × {spec.get('y_label', spec['y'])}")
-        figures.heatmap_figure(rows, spec["x"], spec["y"], metric, path, x_label=spec.get("x_label"),
-                               y_label=spec.get("y_label"),
-                               title=f"{inputs.label(method)}, {inputs.datasets.get(dataset, dataset)}")
+        path = inputs.figure(
+            _file(inputs.name, method, dataset, metric=metric),
+            f"{metric} (mean over {inputs.seeds} "
+            f"seed(s)) over {spec.get('x_label', spec['x'])} × {spec.get('y_label', spec['y'])}",
+        )
+        figures.heatmap_figure(
+            rows,
+            spec["x"],
+            spec["y"],
+            metric,
+            path,
+            x_label=spec.get("x_label"),
+            y_label=spec.get("y_label"),
+            title=f"{inputs.label(method)}, {inputs.datasets.get(dataset, dataset)}",
+        )
 
 
 @register_kind("landscape")
@@ -231,25 +264,41 @@ def landscape_section(inputs: SectionInputs) -> None:
     spec, methods = inputs.spec, inputs.experiment["methods"]
     for m in methods:
         if inputs.method_configs[m]["loss"]["name"] != "rsw":
-            raise ValueError(f"experiments.{inputs.name}.report.kind landscape: method {m!r} has loss "
-                             f"{inputs.method_configs[m]['loss']['name']!r}, expected rsw")
-    panels = [{"title": inputs.label(m), "hparams": dict(inputs.method_configs[m]["loss"].get("hparams") or {}),
-               "delta": spec.get("delta", "value")} for m in methods]
+            raise ValueError(
+                f"experiments.{inputs.name}.report.kind landscape: method {m!r} has loss "
+                f"{inputs.method_configs[m]['loss']['name']!r}, expected rsw"
+            )
+    panels = [
+        {
+            "title": inputs.label(m),
+            "hparams": dict(inputs.method_configs[m]["loss"].get("hparams") or {}),
+            "delta": spec.get("delta", "value"),
+        }
+        for m in methods
+    ]
     proxies = np.asarray(spec.get("proxies", [[0.0, 0.0], [2.0, 0.0]]), dtype=float)
-    path = inputs.figure(_file(inputs.name), f"per-sample loss of eq. 8 over the plane, {len(proxies)} fixed "
-                         f"proxies (gold: ground truth), s = {spec.get('scale', 1.0)}, Δ read as "
-                         f"{spec.get('delta', 'value')!r}; red +: the grid's minimum")
-    drawn = landscape_panels(panels, proxies, extent=spec.get("extent", (-6.0, 4.0, -5.0, 5.0)),
-                             scale=float(spec.get("scale", 1.0)))
+    path = inputs.figure(
+        _file(inputs.name),
+        f"per-sample loss of eq. 8 over the plane, {len(proxies)} fixed "
+        f"proxies (gold: ground truth), s = {spec.get('scale', 1.0)}, Δ read as "
+        f"{spec.get('delta', 'value')!r}; red +: the grid's minimum",
+    )
+    drawn = landscape_panels(
+        panels, proxies, extent=spec.get("extent", (-6.0, 4.0, -5.0, 5.0)), scale=float(spec.get("scale", 1.0))
+    )
     figures.landscape_figure(drawn, proxies, path)
 
 
 @register_kind("embedding_2d")
 def embedding_2d_section(inputs: SectionInputs) -> None:
-    path = inputs.figure(_file(inputs.name), "test-split embeddings (2-d, coloured by class) and the final "
-                         "proxies (stars; grey: a class with no embedding shown)")
-    figures.embedding_2d_figure([embedding_panel(run, inputs.methods) for run in first_runs_per_method(inputs.runs)],
-                                path)
+    path = inputs.figure(
+        _file(inputs.name),
+        "test-split embeddings (2-d, coloured by class) and the final "
+        "proxies (stars; grey: a class with no embedding shown)",
+    )
+    figures.embedding_2d_figure(
+        [embedding_panel(run, inputs.methods) for run in first_runs_per_method(inputs.runs)], path
+    )
 
 
 @register_kind("proxy_geometry")
@@ -265,25 +314,40 @@ def proxy_geometry_section(inputs: SectionInputs) -> None:
     inputs.section["proxy_geometry_runs"] = [{k: v for k, v in r.items() if k != "drawn"} for r in measured]
     lowest = {run["run_id"] for run in first_runs_per_method(inputs.runs)}
     firsts = [r for r in measured if r["run_id"] in lowest]
-    path = inputs.figure(_file(inputs.name, "proxies"), f"test embeddings and the final proxies (stars) in the "
-                         f"evaluated space (eval.normalize: {firsts[0]['normalize']}), each method's lowest seed")
+    path = inputs.figure(
+        _file(inputs.name, "proxies"),
+        f"test embeddings and the final proxies (stars) in the "
+        f"evaluated space (eval.normalize: {firsts[0]['normalize']}), each method's lowest seed",
+    )
     figures.embedding_2d_figure([final_panel(r, inputs.label(r["method"])) for r in firsts], path)
     for r in firsts:
-        path = inputs.figure(_file(inputs.name, r["method"], "projections"), f"{inputs.label(r['method'])} (run "
-                             f"{r['run_id']}): the validation embeddings at each projection's solution θ*")
+        path = inputs.figure(
+            _file(inputs.name, r["method"], "projections"),
+            f"{inputs.label(r['method'])} (run "
+            f"{r['run_id']}): the validation embeddings at each projection's solution θ*",
+        )
         figures.embedding_2d_figure(projection_panels_2d(r), path)
-    path = inputs.figure(_file(inputs.name, "radius"), "average covering radius of the validation embeddings "
-                         "(App. A.3.1) at each projection's solution θ*, every run")
+    path = inputs.figure(
+        _file(inputs.name, "radius"),
+        "average covering radius of the validation embeddings (App. A.3.1) at each projection's solution θ*, every run",
+    )
     figures.projection_radius_figure([radius_curve(r, inputs.label(r["method"])) for r in measured], path)
 
 
 @register_kind("projection_steps")
 def projection_steps_section(inputs: SectionInputs) -> None:
     steps = projection_steps(inputs.runs)
-    path = inputs.figure(_file(inputs.name), f"steps per projection, {len(steps)} projections of "
-                         f"{len(inputs.runs)} run(s) (closed by an alternation or early stopping)")
-    figures.histogram_figure([s["steps"] for s in steps], path, x_label="steps per projection",
-                             unit=min((s["steps_per_evaluation"] for s in steps), default=None))
+    path = inputs.figure(
+        _file(inputs.name),
+        f"steps per projection, {len(steps)} projections of "
+        f"{len(inputs.runs)} run(s) (closed by an alternation or early stopping)",
+    )
+    figures.histogram_figure(
+        [s["steps"] for s in steps],
+        path,
+        x_label="steps per projection",
+        unit=min((s["steps_per_evaluation"] for s in steps), default=None),
+    )
     inputs.section["projections"] = steps
 
 
@@ -291,9 +355,12 @@ def projection_steps_section(inputs: SectionInputs) -> None:
 def projections_section(inputs: SectionInputs) -> None:
     for run in first_runs_per_method(inputs.runs):
         panels, rows = projection_panels(run)
-        path = inputs.figure(_file(inputs.name, run["method"]), f"t-SNE of the validation embeddings at each "
-                             f"projection's solution θ*, {inputs.label(run['method'])} (run {run['run_id']}); "
-                             f"radius and distances in the embedding space")
+        path = inputs.figure(
+            _file(inputs.name, run["method"]),
+            f"t-SNE of the validation embeddings at each "
+            f"projection's solution θ*, {inputs.label(run['method'])} (run {run['run_id']}); "
+            f"radius and distances in the embedding space",
+        )
         figures.projection_geometry_figure(panels, path, seed=int(inputs.spec.get("seed", 0)))
         inputs.section["geometry"] = inputs.section.get("geometry", []) + rows
 
@@ -314,22 +381,40 @@ def search_surface_section(inputs: SectionInputs) -> None:
         label = f"{inputs.label(found['method'])}, {inputs.datasets.get(found['dataset'], found['dataset'])}"
         complete = trials[trials["state"] == "COMPLETE"]
         if len(complete) >= 2:
-            surface = posterior_surface(complete, x, y, log_x=bool(spec.get("log_x")), log_y=bool(spec.get("log_y")),
-                                        space=space)
-            path = inputs.figure(_file(inputs.name, found["method"], found["dataset"]), f"{label}: GP posterior mean "
-                                 f"of the validation objective over {spec.get('x_label', x)} × "
-                                 f"{spec.get('y_label', y)}, {len(complete)} trials (search {found['run_id']})")
-            figures.search_surface_figure(surface, path, x_label=spec.get("x_label", x), y_label=spec.get("y_label", y),
-                                          title=label)
+            surface = posterior_surface(
+                complete, x, y, log_x=bool(spec.get("log_x")), log_y=bool(spec.get("log_y")), space=space
+            )
+            path = inputs.figure(
+                _file(inputs.name, found["method"], found["dataset"]),
+                f"{label}: GP posterior mean "
+                f"of the validation objective over {spec.get('x_label', x)} × "
+                f"{spec.get('y_label', y)}, {len(complete)} trials (search {found['run_id']})",
+            )
+            figures.search_surface_figure(
+                surface, path, x_label=spec.get("x_label", x), y_label=spec.get("y_label", y), title=label
+            )
         best = complete.loc[complete["value"].idxmax()] if len(complete) else None
         for key in space:
             metric = (spec.get("paper_best") or {}).get(key)
-            rows.append({"run": found["run_id"], "hyperparameter": key, "key": key,
-                         "paper": paper.get(metric) if metric else None,
-                         "ours": "–" if best is None else f"{best[key]:g}"})
+            rows.append(
+                {
+                    "run": found["run_id"],
+                    "hyperparameter": key,
+                    "key": key,
+                    "paper": paper.get(metric) if metric else None,
+                    "ours": "–" if best is None else f"{best[key]:g}",
+                }
+            )
         if best is not None:
-            rows.append({"run": found["run_id"], "hyperparameter": "validation objective (best trial)",
-                         "key": "value", "paper": None, "ours": f"{best['value']:.4g} ({len(complete)} trials)"})
+            rows.append(
+                {
+                    "run": found["run_id"],
+                    "hyperparameter": "validation objective (best trial)",
+                    "key": "value",
+                    "paper": None,
+                    "ours": f"{best['value']:.4g} ({len(complete)} trials)",
+                }
+            )
     inputs.section["hparams"] = rows
 
 
@@ -339,7 +424,10 @@ def improvement_section(inputs: SectionInputs) -> None:
     rows = improvement_rows(inputs.aggregated, metric, bases, inputs.experiment["methods"], inputs.methods)
     inputs.section["improvements"] = rows
     unit = " (%)" if paper_units(metric, 1.0) == 100.0 else ""
-    path = inputs.figure(_file(inputs.name, metric=metric), f"{metric}{unit} per method (mean over {inputs.seeds} seed(s)), "
-                         f"grouped by base loss (grey); labels: Δ over the base loss, absolute and in % of the base "
-                         f"(ASAP-R22)")
+    path = inputs.figure(
+        _file(inputs.name, metric=metric),
+        f"{metric}{unit} per method (mean over {inputs.seeds} seed(s)), "
+        f"grouped by base loss (grey); labels: Δ over the base loss, absolute and in % of the base "
+        f"(ASAP-R22)",
+    )
     figures.improvement_figure(rows, path, y_label=metric + unit, datasets=inputs.datasets)

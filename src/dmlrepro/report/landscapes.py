@@ -19,8 +19,15 @@ DELTA_MODES = ("value", "continuous", "none")
 WARP_KEYS = ("alpha", "k1", "k2", "delta_scale", "warp", "function", "power", "use_delta")
 
 
-def rsw_landscape(points: np.ndarray, proxies: np.ndarray, hparams: Mapping, *, ground_truth: int = 0,
-                  scale: float = 1.0, delta: str = "value") -> np.ndarray:
+def rsw_landscape(
+    points: np.ndarray,
+    proxies: np.ndarray,
+    hparams: Mapping,
+    *,
+    ground_truth: int = 0,
+    scale: float = 1.0,
+    delta: str = "value",
+) -> np.ndarray:
     """RSW's per-sample loss (eq. 8; eqs. 5/6 with two proxies) at each row of `points` (N, 2)
     with fixed `proxies` (C, 2) and class `ground_truth`: log(1 + Σ_{j≠gt} exp(s·[f1(t_gt) − f2(t_j)])),
     in float64, f1 and f2 from RSWLoss.warped_distances (`hparams`: the loss's; missing alpha, k1,
@@ -46,16 +53,36 @@ def rsw_landscape(points: np.ndarray, proxies: np.ndarray, hparams: Mapping, *, 
     return top + np.log(np.exp(-top) + np.exp(z - top[:, None]).sum(axis=1))
 
 
-def landscape_panels(panels: Sequence[Mapping], proxies: np.ndarray, *, extent: Sequence[float],
-                     ground_truth: int = 0, scale: float = 1.0, grid: int = 161) -> list[dict]:
+def landscape_panels(
+    panels: Sequence[Mapping],
+    proxies: np.ndarray,
+    *,
+    extent: Sequence[float],
+    ground_truth: int = 0,
+    scale: float = 1.0,
+    grid: int = 161,
+) -> list[dict]:
     """RSW Fig. 3/5: for each panel (`title`, `hparams`, `delta`) the loss landscape on a `grid` ×
     `grid` grid over `extent` (x0, x1, y0, y1): `title`, `x`, `y`, `values` (grid × grid)."""
     x0, x1, y0, y1 = extent
     xs, ys = np.linspace(x0, x1, grid), np.linspace(y0, y1, grid)
     points = np.stack(np.meshgrid(xs, ys), -1).reshape(-1, 2)
-    return [{"title": panel["title"], "x": xs, "y": ys,
-             "values": rsw_landscape(points, proxies, panel["hparams"], ground_truth=ground_truth, scale=scale,
-                                     delta=panel.get("delta", "value")).reshape(grid, grid)} for panel in panels]
+    return [
+        {
+            "title": panel["title"],
+            "x": xs,
+            "y": ys,
+            "values": rsw_landscape(
+                points,
+                proxies,
+                panel["hparams"],
+                ground_truth=ground_truth,
+                scale=scale,
+                delta=panel.get("delta", "value"),
+            ).reshape(grid, grid),
+        }
+        for panel in panels
+    ]
 
 
 def class_field(loss, r: np.ndarray, sources: np.ndarray, source_labels: np.ndarray, cls: int):
@@ -80,8 +107,16 @@ def toy_configuration(seed: int = 0):
     return points, labels, proxies, np.array([0, 0, 1, 1])
 
 
-def toy_fields(loss, points: np.ndarray, labels: np.ndarray, proxies: np.ndarray, proxy_labels: np.ndarray, *,
-               extent: float = 1.0, grid: int = 121) -> dict:
+def toy_fields(
+    loss,
+    points: np.ndarray,
+    labels: np.ndarray,
+    proxies: np.ndarray,
+    proxy_labels: np.ndarray,
+    *,
+    extent: float = 1.0,
+    grid: int = 121,
+) -> dict:
     """PFML main Fig. 2: the class field Ψ_j and the net force −∇Ψ_j of each class j of the toy on a
     `grid` × `grid` grid over [−extent, extent]²: `axis`, `points`, `labels`, `proxies`,
     `proxy_labels`, and `fields` = [(class, Ψ (grid, grid), force (grid, grid, 2))]."""
@@ -93,5 +128,11 @@ def toy_fields(loss, points: np.ndarray, labels: np.ndarray, proxies: np.ndarray
     for cls in dict.fromkeys(labels.tolist()):
         psi, force = class_field(loss, r, sources, source_labels, cls)
         fields.append((cls, psi.reshape(grid, grid), force.reshape(grid, grid, 2)))
-    return {"axis": axis, "points": points, "labels": labels, "proxies": proxies, "proxy_labels": proxy_labels,
-            "fields": fields}
+    return {
+        "axis": axis,
+        "points": points,
+        "labels": labels,
+        "proxies": proxies,
+        "proxy_labels": proxy_labels,
+        "fields": fields,
+    }

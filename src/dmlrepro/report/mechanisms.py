@@ -54,8 +54,15 @@ def beats_untrained(read: Read, metric: str) -> Measured:
     trained, untrained = read(metric), read(untrained_column(metric))
     seeds = [s for s in trained if s in untrained]
     if not seeds:
-        return Measured(None, 0, missing=("no untrained evaluation (run config eval.before_training: true records "
-                                          "metrics.json untrained_metrics)" if trained else f"no finite {metric}"))
+        return Measured(
+            None,
+            0,
+            missing=(
+                "no untrained evaluation (run config eval.before_training: true records metrics.json untrained_metrics)"
+                if trained
+                else f"no finite {metric}"
+            ),
+        )
     after = {s: paper_units(metric, trained[s]) for s in seeds}
     before = {s: paper_units(metric, untrained[s]) for s in seeds}
     test = paired_test(after, before)
@@ -76,8 +83,11 @@ def rsw_dtp_alpha(read: Read, metric: str) -> Measured:
 
 def asap_alternations(read: Read, metric: str) -> Measured:
     values = read("alternations")
-    return Measured(min(values.values()) if values else None, len(values),
-                    missing="no validation summary (metrics.json validation: runs with a validation split)")
+    return Measured(
+        min(values.values()) if values else None,
+        len(values),
+        missing="no validation summary (metrics.json validation: runs with a validation split)",
+    )
 
 
 def validation_plateau(read: Read, metric: str) -> Measured:
@@ -87,14 +97,22 @@ def validation_plateau(read: Read, metric: str) -> Measured:
 
 def loss_plateau(read: Read, metric: str) -> Measured:
     values = read("loss_last_change")
-    return Measured(max(values.values()) if values else None, len(values),
-                    missing="fewer than 2 trained epochs with a finite loss (train_log.csv)")
+    return Measured(
+        max(values.values()) if values else None,
+        len(values),
+        missing="fewer than 2 trained epochs with a finite loss (train_log.csv)",
+    )
 
 
 #: check name -> how it measures; the names are the schema's (workflow/schemas/claims.schema.yaml)
 CHECKS: dict[str, Callable[[Read, str], Measured]] = {
-    "beats_untrained": beats_untrained, "pfml_w2": pfml_w2, "rsw_dtp_alpha": rsw_dtp_alpha,
-    "asap_alternations": asap_alternations, "validation_plateau": validation_plateau, "loss_plateau": loss_plateau}
+    "beats_untrained": beats_untrained,
+    "pfml_w2": pfml_w2,
+    "rsw_dtp_alpha": rsw_dtp_alpha,
+    "asap_alternations": asap_alternations,
+    "validation_plateau": validation_plateau,
+    "loss_plateau": loss_plateau,
+}
 #: the checks whose pass also needs a paired test (p < ALPHA)
 TESTED = ("beats_untrained",)
 
@@ -128,10 +146,23 @@ def run_check(name: str, spec: Mapping[str, Any], read: Read, metric: str) -> di
     if measured.value is None:
         detail = f"not recorded: {measured.missing}"
     elif not ok and name in TESTED:
-        detail = (f"n = {measured.n}: no paired test" if measured.p is None
-                  else f"{measured.value:+.4g} with p = {measured.p:.3g}, expected {expected_text(name, low, high)}")
+        detail = (
+            f"n = {measured.n}: no paired test"
+            if measured.p is None
+            else f"{measured.value:+.4g} with p = {measured.p:.3g}, expected {expected_text(name, low, high)}"
+        )
     elif not ok:
         detail = f"{measured.value:.4g} outside {expected_text(name, low, high)}"
-    return {"name": name, "value": measured.value, "low": low, "high": high,
-            "expected": expected_text(name, low, high), "pass": ok, "n": measured.n, "p": measured.p,
-            "detail": detail, "source": spec.get("source", ""), "what": spec.get("what", "")}
+    return {
+        "name": name,
+        "value": measured.value,
+        "low": low,
+        "high": high,
+        "expected": expected_text(name, low, high),
+        "pass": ok,
+        "n": measured.n,
+        "p": measured.p,
+        "detail": detail,
+        "source": spec.get("source", ""),
+        "what": spec.get("what", ""),
+    }

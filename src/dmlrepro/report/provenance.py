@@ -16,12 +16,26 @@ from dmlrepro.environment_lock import lock_record
 
 from .timing import timing_metrics
 
-PACKAGES = ("dmlrepro", "torch", "torchvision", "timm", "pytorch-metric-learning", "faiss-cpu", "faiss-gpu-cu12",
-            "numpy", "scikit-learn", "snakemake", "snakemake-executor-plugin-slurm", "matplotlib", "jinja2")
+PACKAGES = (
+    "dmlrepro",
+    "torch",
+    "torchvision",
+    "timm",
+    "pytorch-metric-learning",
+    "faiss-cpu",
+    "faiss-gpu-cu12",
+    "numpy",
+    "scikit-learn",
+    "snakemake",
+    "snakemake-executor-plugin-slurm",
+    "matplotlib",
+    "jinja2",
+)
 
 
 def git_commit(repo: str | Path) -> str:
     """`<commit>` or `<commit> (modified)`; `unknown` outside a git checkout."""
+
     def git(*args):
         return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30)
 
@@ -50,14 +64,19 @@ def device_description() -> str:
     return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads) on {platform.node()}"
 
 
-def provenance(repo: str | Path, runs: Sequence[Mapping[str, Any]],
-               experiments: Mapping[str, Sequence[str]], preflight: str | Path | None = None) -> dict[str, Any]:
+def provenance(
+    repo: str | Path,
+    runs: Sequence[Mapping[str, Any]],
+    experiments: Mapping[str, Sequence[str]],
+    preflight: str | Path | None = None,
+) -> dict[str, Any]:
     """`runs`: each with run_id, method, dataset, seed, status, device, train_hours, epochs.
     `experiments`: name -> its run ids (a run shared by tables counts in each). `preflight`: a
     `dmlrepro preflight` JSON; when it exists, its projected hours stand beside the measured ones."""
     hours = {r["run_id"]: r.get("train_hours") or 0.0 for r in runs}
-    return {**projected_hours(preflight),
-        "generated": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    return {
+        **projected_hours(preflight),
+        "generated": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": git_commit(repo),
         "python": platform.python_version(),
         "packages": package_versions(),
@@ -76,9 +95,11 @@ def projected_hours(preflight: str | Path | None) -> dict[str, Any]:
         return {}
     doc = json.loads(Path(preflight).read_text())
     device = doc.get("device") or {}
-    return {"projected_hours_per_experiment": {e["name"]: e["hours"] for e in doc.get("experiments", [])},
-            "projected_total_hours": doc.get("total_hours"),
-            "preflight_device": f"{device.get('name')} ({device.get('device')})"}
+    return {
+        "projected_hours_per_experiment": {e["name"]: e["hours"] for e in doc.get("experiments", [])},
+        "projected_total_hours": doc.get("total_hours"),
+        "preflight_device": f"{device.get('name')} ({device.get('device')})",
+    }
 
 
 #: a run from before metrics.json recorded its precisions (docs/readings/protocols.md#proto-r9)
@@ -88,8 +109,9 @@ UNRECORDED_PRECISION = {"train_precision": "not recorded", "eval_precision": "no
 SECTION_RUNS = "runs.json"
 
 
-def section_runs(runs: Sequence[Mapping[str, Any]], metrics_files: Sequence[str | Path],
-                 train_logs: Sequence[str | Path]) -> list[dict[str, Any]]:
+def section_runs(
+    runs: Sequence[Mapping[str, Any]], metrics_files: Sequence[str | Path], train_logs: Sequence[str | Path]
+) -> list[dict[str, Any]]:
     """One experiment's runs as the provenance table lists them: run_id, method, dataset, seed, epochs
     (from each run's resolved `config`), status, device and training / evaluation precision
     (metrics.json; the config's device for a run recorded before the precision was) and
@@ -98,11 +120,20 @@ def section_runs(runs: Sequence[Mapping[str, Any]], metrics_files: Sequence[str 
     for run, metrics, log in zip(runs, metrics_files, train_logs, strict=True):
         record = json.loads(Path(metrics).read_text())
         precision = record.get("precision") or {}
-        out.append({"run_id": run["run_id"], "method": run["method"], "dataset": run["dataset"], "seed": run["seed"],
-                    "device": precision.get("device", run["config"]["device"]), "epochs": run["config"]["epochs"],
-                    **UNRECORDED_PRECISION, **{f"{k}_precision": precision[k] for k in ("train", "eval") if k in precision},
-                    "status": record.get("status"),
-                    "train_hours": timing_metrics(log).get("train_hours", 0.0)})
+        out.append(
+            {
+                "run_id": run["run_id"],
+                "method": run["method"],
+                "dataset": run["dataset"],
+                "seed": run["seed"],
+                "device": precision.get("device", run["config"]["device"]),
+                "epochs": run["config"]["epochs"],
+                **UNRECORDED_PRECISION,
+                **{f"{k}_precision": precision[k] for k in ("train", "eval") if k in precision},
+                "status": record.get("status"),
+                "train_hours": timing_metrics(log).get("train_hours", 0.0),
+            }
+        )
     return out
 
 
@@ -113,8 +144,10 @@ def collect_section_runs(sections: Mapping[str, str | Path]) -> tuple[list[dict[
     for name, folder in sections.items():
         path = Path(folder) / SECTION_RUNS
         if not path.is_file():
-            raise FileNotFoundError(f"{path}: the report section of {name} was built before sections listed their "
-                                    f"runs; rebuild the sections: snakemake --forcerun report_section")
+            raise FileNotFoundError(
+                f"{path}: the report section of {name} was built before sections listed their "
+                f"runs; rebuild the sections: snakemake --forcerun report_section"
+            )
         listed = json.loads(path.read_text())
         experiments[name] = [run["run_id"] for run in listed]
         for run in listed:

@@ -42,8 +42,9 @@ def mean_pairwise_distance(points: np.ndarray) -> float | None:
     return float(pdist(points).mean()) if len(points) >= 2 else None
 
 
-def spread_ratio(embeddings: np.ndarray, labels: np.ndarray, proxies: np.ndarray,
-                 proxy_labels: np.ndarray) -> float | None:
+def spread_ratio(
+    embeddings: np.ndarray, labels: np.ndarray, proxies: np.ndarray, proxy_labels: np.ndarray
+) -> float | None:
     """Mean over the classes with ≥ 2 proxies and ≥ 2 embeddings of (mean distance between two of the
     class's proxies) / (mean distance between two of its embeddings); None when no class has both."""
     labels, proxy_labels = np.asarray(labels), np.asarray(proxy_labels)
@@ -56,8 +57,9 @@ def spread_ratio(embeddings: np.ndarray, labels: np.ndarray, proxies: np.ndarray
     return float(np.mean(ratios)) if ratios else None
 
 
-def proxy_covering_radius(embeddings: np.ndarray, labels: np.ndarray, proxies: np.ndarray,
-                          proxy_labels: np.ndarray) -> float | None:
+def proxy_covering_radius(
+    embeddings: np.ndarray, labels: np.ndarray, proxies: np.ndarray, proxy_labels: np.ndarray
+) -> float | None:
     """δ of Prop. 4.2: per class, max over its embeddings of the distance to the nearest class proxy,
     averaged over the classes that have both (None: none has)."""
     labels, proxy_labels = np.asarray(labels), np.asarray(proxy_labels)
@@ -79,12 +81,16 @@ def run_geometry(run: Mapping) -> dict:
 
     rundir, mode = RunDir(run["dir"]), run["config"]["eval"].get("normalize", "none")
     if not rundir.final_proxies.is_file():
-        raise ValueError(f"report kind proxy_geometry: run {run['run_id']} has no {RunDir.FINAL_PROXIES} "
-                         f"(a loss without proxies, or the run has not finished)")
+        raise ValueError(
+            f"report kind proxy_geometry: run {run['run_id']} has no {RunDir.FINAL_PROXIES} "
+            f"(a loss without proxies, or the run has not finished)"
+        )
     saved = rundir.saved_projections()
     if not saved:
-        raise ValueError(f"report kind proxy_geometry: run {run['run_id']} saved no validation embeddings "
-                         f"(set asap.save_val_embeddings: true)")
+        raise ValueError(
+            f"report kind proxy_geometry: run {run['run_id']} saved no validation embeddings "
+            f"(set asap.save_val_embeddings: true)"
+        )
     test = load_embeddings(rundir.embeddings())
     with np.load(rundir.final_proxies) as found:
         proxies, proxy_labels = _normalize(found["proxies"], mode), found["labels"]
@@ -95,13 +101,23 @@ def run_geometry(run: Mapping) -> dict:
         points = _normalize(val.embeddings, mode)
         projections.append((int(val.meta["projection"]), points, val.labels))
         radii.append(average_covering_radius(points, val.labels))
-    return {"run_id": run["run_id"], "method": run["method"], "seed": run["seed"], "normalize": mode,
-            "spread_ratio": spread_ratio(embeddings, test.labels, proxies, proxy_labels),
-            "proxy_radius": proxy_covering_radius(embeddings, test.labels, proxies, proxy_labels),
-            "projections": [k for k, _, _ in projections], "radius": radii,
-            "radius_shrinks": radii[-1] < radii[0] if len(radii) > 1 else None,
-            "drawn": {"test": (embeddings, test.labels), "proxies": proxies, "proxy_labels": proxy_labels,
-                      "projections": projections}}
+    return {
+        "run_id": run["run_id"],
+        "method": run["method"],
+        "seed": run["seed"],
+        "normalize": mode,
+        "spread_ratio": spread_ratio(embeddings, test.labels, proxies, proxy_labels),
+        "proxy_radius": proxy_covering_radius(embeddings, test.labels, proxies, proxy_labels),
+        "projections": [k for k, _, _ in projections],
+        "radius": radii,
+        "radius_shrinks": radii[-1] < radii[0] if len(radii) > 1 else None,
+        "drawn": {
+            "test": (embeddings, test.labels),
+            "proxies": proxies,
+            "proxy_labels": proxy_labels,
+            "projections": projections,
+        },
+    }
 
 
 def _mean_std(values: Sequence[float | None]) -> tuple[float | None, float | None, int]:
@@ -117,13 +133,20 @@ def method_summary(rows: Sequence[Mapping], methods: Mapping[str, str]) -> list[
     for method in dict.fromkeys(r["method"] for r in rows):
         mine = [r for r in rows if r["method"] == method]
         alternating = [r for r in mine if r["radius_shrinks"] is not None]
-        entry = {"method": method, "label": methods.get(method, method), "runs": len(mine),
-                 "projections": [len(r["radius"]) for r in mine],
-                 "shrinks": sum(bool(r["radius_shrinks"]) for r in alternating), "alternating": len(alternating)}
-        for key, values in (("spread_ratio", [r["spread_ratio"] for r in mine]),
-                            ("proxy_radius", [r["proxy_radius"] for r in mine]),
-                            ("radius_first", [r["radius"][0] for r in mine]),
-                            ("radius_last", [r["radius"][-1] for r in mine])):
+        entry = {
+            "method": method,
+            "label": methods.get(method, method),
+            "runs": len(mine),
+            "projections": [len(r["radius"]) for r in mine],
+            "shrinks": sum(bool(r["radius_shrinks"]) for r in alternating),
+            "alternating": len(alternating),
+        }
+        for key, values in (
+            ("spread_ratio", [r["spread_ratio"] for r in mine]),
+            ("proxy_radius", [r["proxy_radius"] for r in mine]),
+            ("radius_first", [r["radius"][0] for r in mine]),
+            ("radius_last", [r["radius"][-1] for r in mine]),
+        ):
             entry[key], entry[f"{key}_std"], entry[f"{key}_n"] = _mean_std(values)
         out.append(entry)
     return out
@@ -131,25 +154,40 @@ def method_summary(rows: Sequence[Mapping], methods: Mapping[str, str]) -> list[
 
 # -- what the section's figures draw (report.figures.embedding_2d_figure, projection_radius_figure)
 
+
 def final_panel(measured: Mapping, label: str) -> dict:
     """A run's test embeddings with its final proxies, titled with its spread ratio and δ."""
     embeddings, labels = measured["drawn"]["test"]
-    return {"title": f"{label} (seed {measured['seed']})\nproxy spread ratio {_text(measured['spread_ratio'])}, "
-                     f"δ {_text(measured['proxy_radius'])}",
-            "embeddings": embeddings, "labels": labels, "proxies": measured["drawn"]["proxies"],
-            "proxy_labels": measured["drawn"]["proxy_labels"]}
+    return {
+        "title": f"{label} (seed {measured['seed']})\nproxy spread ratio {_text(measured['spread_ratio'])}, "
+        f"δ {_text(measured['proxy_radius'])}",
+        "embeddings": embeddings,
+        "labels": labels,
+        "proxies": measured["drawn"]["proxies"],
+        "proxy_labels": measured["drawn"]["proxy_labels"],
+    }
 
 
 def projection_panels_2d(measured: Mapping) -> list[dict]:
     """A run's validation embeddings at each projection's solution, titled with its covering radius."""
-    return [{"title": ("single proxy-DML" if k == 0 else f"after alternation {k}") + f": radius {radius:.3f}",
-             "embeddings": points, "labels": labels, "proxies": np.empty((0, 2)), "proxy_labels": np.empty(0)}
-            for (k, points, labels), radius in zip(measured["drawn"]["projections"], measured["radius"])]
+    return [
+        {
+            "title": ("single proxy-DML" if k == 0 else f"after alternation {k}") + f": radius {radius:.3f}",
+            "embeddings": points,
+            "labels": labels,
+            "proxies": np.empty((0, 2)),
+            "proxy_labels": np.empty(0),
+        }
+        for (k, points, labels), radius in zip(measured["drawn"]["projections"], measured["radius"])
+    ]
 
 
 def radius_curve(measured: Mapping, label: str) -> dict:
-    return {"label": f"{label}, seed {measured['seed']}", "projection": measured["projections"],
-            "radius": measured["radius"]}
+    return {
+        "label": f"{label}, seed {measured['seed']}",
+        "projection": measured["projections"],
+        "radius": measured["radius"],
+    }
 
 
 def _text(value: float | None) -> str:

@@ -17,8 +17,10 @@ from dmlrepro.config_names import loss_catalog
 
 #: anchor prefix -> page of docs/readings: each paper's that declares one (dmlrepro.losses.registry), and the
 #: evaluation protocols'
-PAGES = {**{key: paper["readings"] for key, paper in loss_catalog()[1].items() if paper["readings"]},
-         "proto": "protocols.md"}
+PAGES = {
+    **{key: paper["readings"] for key, paper in loss_catalog()[1].items() if paper["readings"]},
+    "proto": "protocols.md",
+}
 ANCHOR = re.compile(rf"^({'|'.join(map(re.escape, PAGES))})-r[1-9][0-9]*$")
 _ENTRY = re.compile(r'<a id="([a-z]+-r[0-9]+)"></a>\s*\n#+\s*(.+)')
 
@@ -33,8 +35,9 @@ def page_anchors(page: str | os.PathLike) -> dict[str, str]:
     return {m.group(1): m.group(2).strip() for m in _ENTRY.finditer(Path(page).read_text(encoding="utf-8"))}
 
 
-def reading_links(ids: Iterable[str], readings_dir: str | os.PathLike, from_dir: str | os.PathLike,
-                  where: str = "report.readings") -> list[dict[str, str]]:
+def reading_links(
+    ids: Iterable[str], readings_dir: str | os.PathLike, from_dir: str | os.PathLike, where: str = "report.readings"
+) -> list[dict[str, str]]:
     """One {id, title, href} per anchor id; `href` is relative to `from_dir` (the report's folder).
 
     ValueError (naming `where`) for an id that is not of the form page-rN or not an anchor of its page."""

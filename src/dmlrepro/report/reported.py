@@ -15,8 +15,14 @@ import re
 import pandas as pd
 
 # our dataset registry name -> the name the papers print
-PRINTED_DATASET = {"cub200": "CUB-200-2011", "cars196": "Cars-196", "sop": "SOP", "inshop": "In-Shop",
-                   "mnist": "MNIST", "fashion_mnist": "FashionMNIST"}
+PRINTED_DATASET = {
+    "cub200": "CUB-200-2011",
+    "cars196": "Cars-196",
+    "sop": "SOP",
+    "inshop": "In-Shop",
+    "mnist": "MNIST",
+    "fashion_mnist": "FashionMNIST",
+}
 # printed in % by the papers, stored as fractions by dmlrepro.evaluation
 # (a metric under a test-image corruption or of a printed block keeps its unit: recall@1@gaussian_3)
 _PERCENT = re.compile(r"^(recall@\d+|precision@\d+|r_precision|map@r|nmi|accuracy)(@[A-Za-z0-9_.]+)?$")

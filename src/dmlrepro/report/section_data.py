@@ -32,26 +32,32 @@ def check_improvement(name: str, experiment: Mapping) -> tuple[str, dict[str, st
     metrics = list(experiment.get("metrics") or [])
     metric = spec.get("metric", metrics[0] if metrics else None)
     if metric not in metrics:
-        raise ValueError(f"experiments.{name}.report.metric = {metric!r}: expected one of the experiment's "
-                         f"metrics {metrics}")
+        raise ValueError(
+            f"experiments.{name}.report.metric = {metric!r}: expected one of the experiment's metrics {metrics}"
+        )
     base = spec.get("base")
     if not isinstance(base, Mapping) or not base:
-        raise ValueError(f"experiments.{name}.report.base = {base!r}: expected a mapping variant method -> "
-                         f"its base-loss method")
+        raise ValueError(
+            f"experiments.{name}.report.base = {base!r}: expected a mapping variant method -> its base-loss method"
+        )
     for variant, parent in base.items():
         if variant not in declared:
-            raise ValueError(f"experiments.{name}.report.base: {variant!r} is not one of the experiment's "
-                             f"methods {declared}")
+            raise ValueError(
+                f"experiments.{name}.report.base: {variant!r} is not one of the experiment's methods {declared}"
+            )
         if parent not in declared:
-            raise ValueError(f"experiments.{name}.report.base.{variant} = {parent!r}: the base method is not "
-                             f"one of the experiment's methods {declared}")
+            raise ValueError(
+                f"experiments.{name}.report.base.{variant} = {parent!r}: the base method is not "
+                f"one of the experiment's methods {declared}"
+            )
         if parent == variant:
             raise ValueError(f"experiments.{name}.report.base.{variant}: a method is not its own base")
     return metric, dict(base)
 
 
-def improvement_rows(aggregated: pd.DataFrame, metric: str, base: Mapping[str, str], declared: Sequence[str],
-                     methods: Mapping[str, str]) -> list[dict]:
+def improvement_rows(
+    aggregated: pd.DataFrame, metric: str, base: Mapping[str, str], declared: Sequence[str], methods: Mapping[str, str]
+) -> list[dict]:
     """ASAP Fig. 5 (ASAP-R22): per (dataset, sweep point) and method, `metric` (mean over seeds, paper units)
     and, for a variant in `base`, its improvement over its base loss on the same dataset and sweep
     point: `delta` = variant − base (paper units), `delta_pct` = 100 · delta / base (None when the base
@@ -66,11 +72,15 @@ def improvement_rows(aggregated: pd.DataFrame, metric: str, base: Mapping[str, s
                 order.append(parent)
             groups[parent].append(method)
     drawn = set(order) | {m for ms in groups.values() for m in ms}
-    layout = [row for parent in order for row in [(parent, parent, "base"),
-                                                   *((parent, m, "variant") for m in groups[parent])]]
+    layout = [
+        row for parent in order for row in [(parent, parent, "base"), *((parent, m, "variant") for m in groups[parent])]
+    ]
     layout += [(m, m, "alone") for m in declared if m not in drawn]
-    frame = aggregated.assign(sweep=aggregated["sweep"].astype(object).where(aggregated["sweep"].notna(), "")) \
-        if len(aggregated) else aggregated
+    frame = (
+        aggregated.assign(sweep=aggregated["sweep"].astype(object).where(aggregated["sweep"].notna(), ""))
+        if len(aggregated)
+        else aggregated
+    )
     values: dict[tuple, float | None] = {}
     points = []
     for record in frame.to_dict("records"):
@@ -90,11 +100,23 @@ def improvement_rows(aggregated: pd.DataFrame, metric: str, base: Mapping[str, s
             base_value = values.get((group, dataset, sweep)) if role == "variant" else None
             delta = None if value is None or base_value is None else value - base_value
             pct = None if delta is None or base_value == 0 else 100.0 * delta / base_value
-            out.append({"dataset": dataset, "sweep": sweep, "method": method, "label": methods.get(method, method),
-                        "group": group, "role": role, "base": group if role == "variant" else None,
-                        "base_label": methods.get(group, group) if role == "variant" else None,
-                        "metric": metric, "value": value, "base_value": base_value, "delta": delta,
-                        "delta_pct": pct})
+            out.append(
+                {
+                    "dataset": dataset,
+                    "sweep": sweep,
+                    "method": method,
+                    "label": methods.get(method, method),
+                    "group": group,
+                    "role": role,
+                    "base": group if role == "variant" else None,
+                    "base_label": methods.get(group, group) if role == "variant" else None,
+                    "metric": metric,
+                    "value": value,
+                    "base_value": base_value,
+                    "delta": delta,
+                    "delta_pct": pct,
+                }
+            )
     return out
 
 
@@ -104,12 +126,21 @@ def projection_steps(runs: Sequence[Mapping]) -> list[dict]:
     for run in runs:
         path = RunDir(run["dir"]).validation_log
         if not path.is_file():
-            raise ValueError(f"report kind projection_steps: run {run['run_id']} has no {path.name} "
-                             f"(not a run with a validation split)")
+            raise ValueError(
+                f"report kind projection_steps: run {run['run_id']} has no {path.name} "
+                f"(not a run with a validation split)"
+            )
         log = json.loads(path.read_text())
         for p in log["projections"]:
-            out.append({"run_id": run["run_id"], "projection": p["projection"], "steps": p["steps"],
-                        "end_reason": p["end_reason"], "steps_per_evaluation": log["steps_per_evaluation"]})
+            out.append(
+                {
+                    "run_id": run["run_id"],
+                    "projection": p["projection"],
+                    "steps": p["steps"],
+                    "end_reason": p["end_reason"],
+                    "steps_per_evaluation": log["steps_per_evaluation"],
+                }
+            )
     return out
 
 
@@ -124,22 +155,33 @@ def projection_panels(run: Mapping) -> tuple[list[dict], list[dict]]:
 
     files = RunDir(run["dir"]).saved_projections()
     if not files:
-        raise ValueError(f"report kind projections: run {run['run_id']} saved no validation embeddings "
-                         f"(set asap.save_val_embeddings: true)")
+        raise ValueError(
+            f"report kind projections: run {run['run_id']} saved no validation embeddings "
+            f"(set asap.save_val_embeddings: true)"
+        )
     panels, rows = [], []
     for path in files:
         found = load_embeddings(path)
         k = int(found.meta.get("projection", len(rows)))
         unit = l2_normalize(found.embeddings)
-        row = {"run_id": run["run_id"], "projection": k,
-               "map@r": retrieval_metrics(unit, found.labels, ks=(1,), distance="euclidean")["map@r"],
-               "covering_radius": average_covering_radius(unit, found.labels),
-               "interclass_distance": mean_interclass_distance(unit, found.labels)}
+        row = {
+            "run_id": run["run_id"],
+            "projection": k,
+            "map@r": retrieval_metrics(unit, found.labels, ks=(1,), distance="euclidean")["map@r"],
+            "covering_radius": average_covering_radius(unit, found.labels),
+            "interclass_distance": mean_interclass_distance(unit, found.labels),
+        }
         rows.append(row)
         title = "single proxy-DML (projection 0)" if k == 0 else f"after alternation {k}"
-        panels.append({"title": title, "embeddings": found.embeddings, "labels": found.labels,
-                       "annotation": f"MAP@R {row['map@r']:.3f}\nradius {row['covering_radius']:.3f}\n"
-                                     f"inter-class {row['interclass_distance']:.3f}"})
+        panels.append(
+            {
+                "title": title,
+                "embeddings": found.embeddings,
+                "labels": found.labels,
+                "annotation": f"MAP@R {row['map@r']:.3f}\nradius {row['covering_radius']:.3f}\n"
+                f"inter-class {row['interclass_distance']:.3f}",
+            }
+        )
     return panels, rows
 
 
@@ -169,8 +211,10 @@ def run_curves(runs: Sequence[Mapping], column: str, methods: Mapping[str, str])
         path = RunDir(run["dir"]).train_log
         log = pd.read_csv(path)
         if column not in log:
-            raise ValueError(f"{path} has no column {column!r} (columns: {list(log.columns)}); "
-                             f"per-epoch proxy metrics need eval.proxy_metrics_per_epoch and eval.every > 0")
+            raise ValueError(
+                f"{path} has no column {column!r} (columns: {list(log.columns)}); "
+                f"per-epoch proxy metrics need eval.proxy_metrics_per_epoch and eval.every > 0"
+            )
         label = row_label(methods.get(run["method"], run["method"]), sweep_label(run.get("sweep") or {}))
         groups.setdefault((label, run["dataset"]), []).append(log)
     datasets = {d for _, d in groups}
@@ -179,8 +223,14 @@ def run_curves(runs: Sequence[Mapping], column: str, methods: Mapping[str, str])
         merged = pd.concat([log[["epoch", column]].dropna() for log in logs])
         mean = merged.groupby("epoch")[column].mean()
         diverged = any(log["loss"].isna().iloc[-1] and log["epoch"].iloc[-1] > 0 for log in logs)
-        out.append({"label": label if len(datasets) == 1 else f"{label}, {dataset}",
-                    "epoch": mean.index.to_numpy(), "value": mean.to_numpy(), "diverged": diverged})
+        out.append(
+            {
+                "label": label if len(datasets) == 1 else f"{label}, {dataset}",
+                "epoch": mean.index.to_numpy(),
+                "value": mean.to_numpy(),
+                "diverged": diverged,
+            }
+        )
     return out
 
 
@@ -208,13 +258,20 @@ def embedding_panel(run: Mapping, methods: Mapping[str, str]) -> dict:
     rundir = RunDir(run["dir"])
     found = load_embeddings(rundir.embeddings())
     if not rundir.final_proxies.is_file():
-        raise ValueError(f"{run['dir']}: no {RunDir.FINAL_PROXIES} to draw (the loss has no proxies, or the run "
-                         f"finished before runs wrote it: delete its {RunDir.METRICS} and train it again, which "
-                         f"finishes it from its final checkpoint)")
+        raise ValueError(
+            f"{run['dir']}: no {RunDir.FINAL_PROXIES} to draw (the loss has no proxies, or the run "
+            f"finished before runs wrote it: delete its {RunDir.METRICS} and train it again, which "
+            f"finishes it from its final checkpoint)"
+        )
     with np.load(rundir.final_proxies) as saved:
         proxies, proxy_labels = saved["proxies"], saved["labels"]
-    return {"title": f"{methods.get(run['method'], run['method'])} ({run['run_id']})", "embeddings": found.embeddings,
-            "labels": found.labels, "proxies": proxies, "proxy_labels": proxy_labels}
+    return {
+        "title": f"{methods.get(run['method'], run['method'])} ({run['run_id']})",
+        "embeddings": found.embeddings,
+        "labels": found.labels,
+        "proxies": proxies,
+        "proxy_labels": proxy_labels,
+    }
 
 
 def first_runs_per_dataset(runs: Sequence[Mapping]) -> list[Mapping]:
@@ -237,8 +294,13 @@ def retrieval_queries(run: Mapping, count: int, k: int) -> list[dict]:
     out = []
     for q, row in zip(picks, neighbours):
         row = [int(i) for i in row if int(i) != int(q)][:k]  # the query itself is not its own neighbour
-        out.append({"image": manifest.abspath(int(found.indices[q])), "label": int(found.labels[q]),
-                    "neighbours": [(manifest.abspath(int(found.indices[i])), int(found.labels[i])) for i in row]})
+        out.append(
+            {
+                "image": manifest.abspath(int(found.indices[q])),
+                "label": int(found.labels[q]),
+                "neighbours": [(manifest.abspath(int(found.indices[i])), int(found.labels[i])) for i in row],
+            }
+        )
     return out
 
 
@@ -252,13 +314,24 @@ def epoch_ratios(aggregated: pd.DataFrame, anchor: str | None, methods: Mapping[
         if base.empty:
             raise ValueError(f"timing: anchor method {anchor!r} has no run on {dataset}")
         for row in rows.itertuples():
-            out.append({"dataset": dataset, "label": methods.get(row.method, row.method),
-                        "anchor": methods.get(anchor, anchor), "ratio": row.seconds_per_epoch_mean / base.iloc[0]})
+            out.append(
+                {
+                    "dataset": dataset,
+                    "label": methods.get(row.method, row.method),
+                    "anchor": methods.get(anchor, anchor),
+                    "ratio": row.seconds_per_epoch_mean / base.iloc[0],
+                }
+            )
     return out
 
 
-def hparam_rows(runs: Sequence[Mapping], reported: pd.DataFrame | None, keys: Mapping[str, str],
-             methods: Mapping[str, str], datasets: Mapping[str, str]) -> list[dict]:
+def hparam_rows(
+    runs: Sequence[Mapping],
+    reported: pd.DataFrame | None,
+    keys: Mapping[str, str],
+    methods: Mapping[str, str],
+    datasets: Mapping[str, str],
+) -> list[dict]:
     """Rows (hyperparameter, reported value per printed column, our resolved value) for each run:
     `keys` maps the reported `metric` name to our dotted run-config key."""
     out = []
@@ -267,11 +340,23 @@ def hparam_rows(runs: Sequence[Mapping], reported: pd.DataFrame | None, keys: Ma
         for metric, key in keys.items():
             paper = None
             if reported is not None:
-                hit = reported[(reported["metric"] == metric) & (reported["dataset"] == printed_dataset) &
-                               (reported["method"] == methods.get(run["method"], run["method"]))]
-                paper = "; ".join(f"{v} ({b})" if b else str(v) for v, b in zip(hit["value_text"], hit["backbone"])) or None
-            out.append({"run": run["run_id"], "hyperparameter": metric, "key": key, "paper": paper,
-                        "ours": dotted_get(run["config"], key)})
+                hit = reported[
+                    (reported["metric"] == metric)
+                    & (reported["dataset"] == printed_dataset)
+                    & (reported["method"] == methods.get(run["method"], run["method"]))
+                ]
+                paper = (
+                    "; ".join(f"{v} ({b})" if b else str(v) for v, b in zip(hit["value_text"], hit["backbone"])) or None
+                )
+            out.append(
+                {
+                    "run": run["run_id"],
+                    "hyperparameter": metric,
+                    "key": key,
+                    "paper": paper,
+                    "ours": dotted_get(run["config"], key),
+                }
+            )
     return out
 
 
@@ -295,14 +380,23 @@ def add_untrained_rows(table: dict, aggregated: pd.DataFrame, methods: Mapping[s
         label = UNTRAINED_LABEL
         if per_dataset[dataset] > 1:
             label += ": " + ", ".join(dict.fromkeys(_label(r, methods) for r in members))
-        row = rows.setdefault(label, {"label": label, "source": "untrained", "status": "before training",
-                                      "cells": [_blank_cell() for _ in table["columns"]]})
+        row = rows.setdefault(
+            label,
+            {
+                "label": label,
+                "source": "untrained",
+                "status": "before training",
+                "cells": [_blank_cell() for _ in table["columns"]],
+            },
+        )
         first = members[0]
         means, spreads = _untrained(first, table["columns"], "mean"), _untrained(first, table["columns"], suffix)
         for cell, column, mean, spread in zip(row["cells"], table["columns"], means, spreads):
             if column["ours_dataset"] == dataset and mean is not None:
-                cell.update(ours=paper_units(column["metric"], mean),
-                            ours_std=None if spread is None else paper_units(column["metric"], spread))
+                cell.update(
+                    ours=paper_units(column["metric"], mean),
+                    ours_std=None if spread is None else paper_units(column["metric"], spread),
+                )
     _add_gains(table, records, methods)
     first_ours = next((i for i, r in enumerate(table["rows"]) if r["source"] == "ours"), len(table["rows"]))
     table["rows"][first_ours:first_ours] = list(rows.values())
@@ -325,8 +419,16 @@ def _label(record: Mapping, methods: Mapping[str, str]) -> str:
 
 
 def _blank_cell() -> dict:
-    return {"paper": None, "paper_std": None, "paper_text": None, "ours": None, "ours_std": None, "delta": None,
-            "sigma": None, "within": None}
+    return {
+        "paper": None,
+        "paper_std": None,
+        "paper_text": None,
+        "ours": None,
+        "ours_std": None,
+        "delta": None,
+        "sigma": None,
+        "within": None,
+    }
 
 
 def _add_gains(table: dict, records: Sequence[Mapping], methods: Mapping[str, str]) -> None:

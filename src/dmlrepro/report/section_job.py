@@ -16,9 +16,27 @@ from .provenance import SECTION_RUNS, section_runs
 from .sections import build_section
 
 
-def write_section(name: str, experiment: Mapping[str, Any], table: str | os.PathLike, runs: Sequence[Mapping],
-                  folder: str | os.PathLike, *, reported_dir: str | os.PathLike, method_configs: Mapping,
-                  searches: Sequence, metrics: Sequence[str], train_logs: Sequence[str]) -> None:
-    build_section(name, experiment, pd.read_csv(table), runs, folder, reported_dir=reported_dir,
-                  method_configs=method_configs, searches=searches)
+def write_section(
+    name: str,
+    experiment: Mapping[str, Any],
+    table: str | os.PathLike,
+    runs: Sequence[Mapping],
+    folder: str | os.PathLike,
+    *,
+    reported_dir: str | os.PathLike,
+    method_configs: Mapping,
+    searches: Sequence,
+    metrics: Sequence[str],
+    train_logs: Sequence[str],
+) -> None:
+    build_section(
+        name,
+        experiment,
+        pd.read_csv(table),
+        runs,
+        folder,
+        reported_dir=reported_dir,
+        method_configs=method_configs,
+        searches=searches,
+    )
     write_json_atomic(Path(folder) / SECTION_RUNS, section_runs(runs, metrics, train_logs))

@@ -21,9 +21,17 @@ from .section_data import add_untrained_rows, blocks_as_metrics
 SECTION_FILE = "section.json"
 
 
-def build_section(name: str, experiment: Mapping[str, Any], aggregated: pd.DataFrame, runs: Sequence[Mapping],
-                  outdir: str | os.PathLike, *, reported_dir: str | os.PathLike, method_configs: Mapping,
-                  searches: Sequence[Mapping] = ()) -> dict:
+def build_section(
+    name: str,
+    experiment: Mapping[str, Any],
+    aggregated: pd.DataFrame,
+    runs: Sequence[Mapping],
+    outdir: str | os.PathLike,
+    *,
+    reported_dir: str | os.PathLike,
+    method_configs: Mapping,
+    searches: Sequence[Mapping] = (),
+) -> dict:
     """Write `outdir/section.json` (and its figures) for experiment `name`; return the section.
 
     `runs`: the experiment's runs in declared order, each with `run_id`, `method`, `dataset`, `seed`,
@@ -34,17 +42,43 @@ def build_section(name: str, experiment: Mapping[str, Any], aggregated: pd.DataF
     kind = check_report(name, experiment)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    section = {"experiment": name, "kind": spec.get("kind", "table"), "title": spec.get("title", name),
-               "description": experiment.get("description", ""), "paper_says": spec.get("paper_says", ""),
-               "reported": spec.get("reported"), "block": spec.get("block"), "table": None, "figures": [],
-               "notes": list(spec.get("notes", [])), "readings": list(spec.get("readings", [])),
-               "ratios": [], "hparams": [], "runs": [r["run_id"] for r in runs]}
-    inputs = SectionInputs(name, experiment, aggregated, runs, searches, reported_table(spec, reported_dir),
-                           method_configs, outdir, section)
+    section = {
+        "experiment": name,
+        "kind": spec.get("kind", "table"),
+        "title": spec.get("title", name),
+        "description": experiment.get("description", ""),
+        "paper_says": spec.get("paper_says", ""),
+        "reported": spec.get("reported"),
+        "block": spec.get("block"),
+        "table": None,
+        "figures": [],
+        "notes": list(spec.get("notes", [])),
+        "readings": list(spec.get("readings", [])),
+        "ratios": [],
+        "hparams": [],
+        "runs": [r["run_id"] for r in runs],
+    }
+    inputs = SectionInputs(
+        name,
+        experiment,
+        aggregated,
+        runs,
+        searches,
+        reported_table(spec, reported_dir),
+        method_configs,
+        outdir,
+        section,
+    )
     if kind.table:
-        section["table"] = comparison_table(aggregated, inputs.reported, inputs.metrics, inputs.methods,
-                                            inputs.datasets, inputs.seeds,
-                                            spec.get("uncertainty", "ci95" if spec.get("mlrc") else "std"))
+        section["table"] = comparison_table(
+            aggregated,
+            inputs.reported,
+            inputs.metrics,
+            inputs.methods,
+            inputs.datasets,
+            inputs.seeds,
+            spec.get("uncertainty", "ci95" if spec.get("mlrc") else "std"),
+        )
         add_untrained_rows(section["table"], aggregated, inputs.methods)  # how much training added
     kind.build(inputs)
     write_json_atomic(outdir / SECTION_FILE, section)

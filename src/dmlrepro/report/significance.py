@@ -35,7 +35,7 @@ def welch_test(a: Sequence[float], b: Sequence[float]) -> TTest | None:
     if va + vb == 0.0:
         return None
     t = (a.mean() - b.mean()) / math.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     return TTest(float(t), float(df), float(2.0 * student.sf(abs(t), df)))
 
 

@@ -9,8 +9,11 @@ import os
 def epoch_seconds(train_log: str | os.PathLike) -> list[float]:
     """Training seconds of every trained epoch (row 0, the untrained evaluation, left out)."""
     with open(train_log, newline="") as handle:
-        return [float(row["seconds"]) for row in csv.DictReader(handle)
-                if int(row["epoch"]) > 0 and row["seconds"] not in ("", None)]
+        return [
+            float(row["seconds"])
+            for row in csv.DictReader(handle)
+            if int(row["epoch"]) > 0 and row["seconds"] not in ("", None)
+        ]
 
 
 def timing_metrics(train_log: str | os.PathLike) -> dict[str, float]:

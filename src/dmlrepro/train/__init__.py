@@ -11,13 +11,23 @@ workflow's job scripts and the run table read, does not import torch.
 import importlib
 
 _EXPORTS = {
-    "CheckpointError": "checkpoint", "list_checkpoints": "checkpoint", "load_latest": "checkpoint",
-    "read_checkpoint": "checkpoint", "save_checkpoint": "checkpoint",
-    "DEFAULTS": "config", "GROUPS": "config", "ConfigError": "config", "load_run_config": "config",
+    "CheckpointError": "checkpoint",
+    "list_checkpoints": "checkpoint",
+    "load_latest": "checkpoint",
+    "read_checkpoint": "checkpoint",
+    "save_checkpoint": "checkpoint",
+    "DEFAULTS": "config",
+    "GROUPS": "config",
+    "ConfigError": "config",
+    "load_run_config": "config",
     "resolve_run_config": "config",
-    "resolve_device": "engine", "train_run": "engine",
-    "EMBEDDINGS_FILE": "run_evaluation", "compute_embeddings": "run_evaluation", "evaluate_run": "run_evaluation",
-    "EXIT_INTERRUPTED": "preemption", "RunInterrupted": "preemption",
+    "resolve_device": "engine",
+    "train_run": "engine",
+    "EMBEDDINGS_FILE": "run_evaluation",
+    "compute_embeddings": "run_evaluation",
+    "evaluate_run": "run_evaluation",
+    "EXIT_INTERRUPTED": "preemption",
+    "RunInterrupted": "preemption",
 }
 
 __all__ = sorted(_EXPORTS)

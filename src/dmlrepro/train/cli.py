@@ -17,8 +17,9 @@ import argparse
 import logging
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 
@@ -64,7 +65,9 @@ def one_line(e: BaseException) -> str:
 
 
 def train_main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="dmlrepro train", description="Train one run (resumes if OUTDIR has a checkpoint).")
+    p = argparse.ArgumentParser(
+        prog="dmlrepro train", description="Train one run (resumes if OUTDIR has a checkpoint)."
+    )
     p.add_argument("run_config", help="YAML run config (see docs/training.md)")
     p.add_argument("outdir", help="run directory: config.yaml, train_log.csv, metrics.json, checkpoints/")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (YAML value)")
@@ -144,8 +147,12 @@ def launch_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("run_config")
     p.add_argument("outdir")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--executor", choices=("slurm", "local", "debug", "auto"), default="auto",
-                   help="auto = SLURM if available, else local")
+    p.add_argument(
+        "--executor",
+        choices=("slurm", "local", "debug", "auto"),
+        default="auto",
+        help="auto = SLURM if available, else local",
+    )
     p.add_argument("--folder", default=None, help="submitit log folder (default OUTDIR/submitit)")
     p.add_argument("--partition", default=None)
     p.add_argument("--gpus", type=int, default=1)
@@ -167,8 +174,12 @@ def launch_main(argv: Sequence[str] | None = None) -> int:
     folder = Path(args.folder or Path(args.outdir) / "submitit")
     cluster = None if args.executor == "auto" else args.executor
     ex = submitit.AutoExecutor(folder=folder, cluster=cluster, slurm_max_num_timeout=args.max_requeue)
-    params: dict[str, Any] = dict(timeout_min=args.timeout_min, cpus_per_task=args.cpus, mem_gb=args.mem_gb,
-                                  name=f"dmlrepro-{Path(args.outdir).name}")
+    params: dict[str, Any] = dict(
+        timeout_min=args.timeout_min,
+        cpus_per_task=args.cpus,
+        mem_gb=args.mem_gb,
+        name=f"dmlrepro-{Path(args.outdir).name}",
+    )
     if ex.cluster == "slurm":
         params.update(gpus_per_node=args.gpus, slurm_partition=args.partition, slurm_signal_delay_s=120)
     elif ex.cluster == "local":

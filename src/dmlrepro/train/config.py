@@ -53,6 +53,7 @@ __all__ = [
     "corruption_suffix",
 ]
 
+
 def without_late_defaults(cfg: Mapping[str, Any]) -> dict:
     """A copy of ``cfg`` without the ``LATE_DEFAULTS`` keys that hold their default value.
 
@@ -115,13 +116,17 @@ def _check_each_key(cfg: dict) -> None:
 def _check_dataset(cfg: dict) -> None:
     dataset = cfg["dataset"]
     if dataset["sampler"] == "m_per_class" and dataset["batch_size"] % dataset["m"]:
-        raise config_error("dataset.batch_size", dataset["batch_size"],
-                           f"a multiple of dataset.m = {dataset['m']} (sampler m_per_class)")
+        raise config_error(
+            "dataset.batch_size",
+            dataset["batch_size"],
+            f"a multiple of dataset.m = {dataset['m']} (sampler m_per_class)",
+        )
     if dataset["label_noise"] is not None and dataset["label_noise_file"] is not None:
         raise config_error("dataset.label_noise", dataset["label_noise"], "null when dataset.label_noise_file is given")
     if dataset["gallery_split"] is not None and dataset["gallery_split"] == dataset["test_split"]:
-        raise config_error("dataset.gallery_split", dataset["gallery_split"],
-                           "a split other than dataset.test_split, or null")
+        raise config_error(
+            "dataset.gallery_split", dataset["gallery_split"], "a split other than dataset.test_split, or null"
+        )
 
 
 def _resolve_standin(cfg: dict) -> None:
@@ -138,11 +143,15 @@ def _resolve_standin(cfg: dict) -> None:
     except StandinError as e:
         raise ConfigError(f"run config: {e}") from None
     if model["standin"]["backbone"] != model["backbone"]:
-        raise config_error("model.standin.backbone", model["standin"]["backbone"],
-                           f"the run's backbone {model['backbone']!r}")
+        raise config_error(
+            "model.standin.backbone", model["standin"]["backbone"], f"the run's backbone {model['backbone']!r}"
+        )
     if model["standin"]["backbone_kwargs"] != dict(model["backbone_kwargs"] or {}):
-        raise config_error("model.standin.backbone_kwargs", model["standin"]["backbone_kwargs"],
-                           f"the run's model.backbone_kwargs {dict(model['backbone_kwargs'] or {})}")
+        raise config_error(
+            "model.standin.backbone_kwargs",
+            model["standin"]["backbone_kwargs"],
+            f"the run's model.backbone_kwargs {dict(model['backbone_kwargs'] or {})}",
+        )
 
 
 def _fill_loss_hparams(cfg: dict) -> None:
@@ -166,33 +175,46 @@ def _check_phases(cfg: dict) -> None:
 def _check_eval(cfg: dict) -> None:
     evaluation = cfg["eval"]
     if evaluation["normalize"] == "lipschitz" and evaluation["distance"] == "cosine":  # cosine undoes v / max(1, ‖v‖)
-        raise config_error("eval.normalize", "lipschitz", "eval.distance: euclidean (cosine re-normalises every vector)")
+        raise config_error(
+            "eval.normalize", "lipschitz", "eval.distance: euclidean (cosine re-normalises every vector)"
+        )
     if evaluation["select"] == "best_test" and evaluation["every"] == 0:
         raise config_error("eval.every", 0, "a positive interval when eval.select is best_test")
     if evaluation["proxy_metrics"] and evaluation["select"] != "last":
-        raise config_error("eval.proxy_metrics", evaluation["proxy_metrics"],
-                           "an empty list with eval.select best_test (they describe the final proxies)")
+        raise config_error(
+            "eval.proxy_metrics",
+            evaluation["proxy_metrics"],
+            "an empty list with eval.select best_test (they describe the final proxies)",
+        )
     if evaluation["proxy_metrics_per_epoch"] and not evaluation["proxy_metrics"]:
         raise config_error("eval.proxy_metrics_per_epoch", True, "false, or a non-empty eval.proxy_metrics to log")
     if evaluation["corruptions"] and (evaluation["select"] != "last" or cfg["dataset"]["gallery_split"] is not None):
-        raise config_error("eval.corruptions", evaluation["corruptions"], "an empty list with eval.select best_test "
-                           "or a dataset.gallery_split (they evaluate the final model on the test split alone)")
+        raise config_error(
+            "eval.corruptions",
+            evaluation["corruptions"],
+            "an empty list with eval.select best_test "
+            "or a dataset.gallery_split (they evaluate the final model on the test split alone)",
+        )
 
 
 def _check_validation(cfg: dict) -> None:
     """validation.*: a class-disjoint split of the training classes, and what selects on it."""
     validation = cfg["validation"]
     if validation["fold"] >= validation["n_folds"]:
-        raise config_error("validation.fold", validation["fold"],
-                           f"a fold index below validation.n_folds = {validation['n_folds']}")
+        raise config_error(
+            "validation.fold", validation["fold"], f"a fold index below validation.n_folds = {validation['n_folds']}"
+        )
     if validation["split"] is None:
         if cfg["eval"]["select"] == "best_val":
             raise config_error("eval.select", "best_val", "'last' or 'best_test' without a validation.split")
         if validation["patience"] is not None:
             raise config_error("validation.patience", validation["patience"], "null without a validation.split")
     elif cfg["dataset"]["train_split"] != "train":
-        raise config_error("dataset.train_split", cfg["dataset"]["train_split"],
-                           "'train' with a validation.split (the validation classes are taken from it)")
+        raise config_error(
+            "dataset.train_split",
+            cfg["dataset"]["train_split"],
+            "'train' with a validation.split (the validation classes are taken from it)",
+        )
 
 
 def _check_asap(cfg: dict) -> None:
@@ -202,14 +224,19 @@ def _check_asap(cfg: dict) -> None:
         return
     declared = loss_catalog()[0][cfg["loss"]["name"]]
     if not declared["sets_proxies"]:
-        raise config_error("asap.enabled", True,
-                           f"false for loss {cfg['loss']['name']!r} (ASAP needs an asap_* proxy loss)")
+        raise config_error(
+            "asap.enabled", True, f"false for loss {cfg['loss']['name']!r} (ASAP needs an asap_* proxy loss)"
+        )
     if cfg["asap"]["proxies"] == "samples" and not declared["sample_proxies"]:
-        raise config_error("asap.proxies", "samples",
-                           f"'trainable' for loss {cfg['loss']['name']!r} (its proxies cannot be samples)")
+        raise config_error(
+            "asap.proxies", "samples", f"'trainable' for loss {cfg['loss']['name']!r} (its proxies cannot be samples)"
+        )
     if cfg["validation"]["split"] is None:
-        raise config_error("asap.enabled", True, "false without a validation.split (alternations follow validation "
-                           "MAP@R; set validation.split: fold)")
+        raise config_error(
+            "asap.enabled",
+            True,
+            "false without a validation.split (alternations follow validation MAP@R; set validation.split: fold)",
+        )
     if cfg["eval"]["select"] == "best_test":
         raise config_error("eval.select", "best_test", "'best_val' or 'last' with asap.enabled")
 
@@ -221,22 +248,35 @@ def _check_followup_trigger(cfg: dict) -> None:
         return
     validation = cfg["validation"]
     if validation["split"] is None:
-        raise config_error("followup.trigger", "plateau", "'epochs' without a validation.split (phase 2 starts "
-                           "when validation stops improving; set validation.split and validation.patience)")
+        raise config_error(
+            "followup.trigger",
+            "plateau",
+            "'epochs' without a validation.split (phase 2 starts "
+            "when validation stops improving; set validation.split and validation.patience)",
+        )
     if validation["patience"] is None:
-        raise config_error("followup.trigger", "plateau", "'epochs' without a validation.patience (the evaluations "
-                           "without improvement that end each phase)")
+        raise config_error(
+            "followup.trigger",
+            "plateau",
+            "'epochs' without a validation.patience (the evaluations without improvement that end each phase)",
+        )
     if cfg["asap"]["enabled"]:
-        raise config_error("followup.trigger", "plateau", "'epochs' with asap.enabled (ASAP's schedule owns the "
-                           "early stop)")
+        raise config_error(
+            "followup.trigger", "plateau", "'epochs' with asap.enabled (ASAP's schedule owns the early stop)"
+        )
 
 
 def _check_loss(cfg: dict) -> None:
     """Build the loss once on a toy size: unknown hyperparameters and followup attributes fail here.
     Runs that share these keys share the check (a workflow resolves hundreds of runs, few losses)."""
     loss_cfg, followup = cfg["loss"], cfg["followup"]
-    _check_loss_once(json.dumps(canonical({"loss": loss_cfg, "followup_loss": followup["loss"],
-                                           "embedding_size": cfg["model"]["embedding_size"]})))
+    _check_loss_once(
+        json.dumps(
+            canonical(
+                {"loss": loss_cfg, "followup_loss": followup["loss"], "embedding_size": cfg["model"]["embedding_size"]}
+            )
+        )
+    )
     if followup["loss"] and followup["epochs"] == 0 and followup["trigger"] == "epochs":
         raise config_error("followup.epochs", 0, "a positive number of epochs when followup.loss is set")
 
@@ -253,17 +293,31 @@ def _check_loss_once(keys: str) -> None:
     try:
         loss = build_loss(loss_cfg["name"], 4, keys["embedding_size"] or 8, **dict(loss_cfg["hparams"]))
     except (TypeError, ValueError) as e:
-        raise ConfigError(f"run config: loss.hparams = {dict(loss_cfg['hparams'])!r} for loss "
-                          f"{loss_cfg['name']!r}: {e}") from None
+        raise ConfigError(
+            f"run config: loss.hparams = {dict(loss_cfg['hparams'])!r} for loss {loss_cfg['name']!r}: {e}"
+        ) from None
     for attr, value in keys["followup_loss"].items():
-        if attr.startswith("_") or not hasattr(loss, attr) or callable(getattr(loss, attr)) \
-                or isinstance(getattr(loss, attr), torch.Tensor):
+        if (
+            attr.startswith("_")
+            or not hasattr(loss, attr)
+            or callable(getattr(loss, attr))
+            or isinstance(getattr(loss, attr), torch.Tensor)
+        ):
             raise config_error(f"followup.loss.{attr}", value, f"a plain attribute of loss {loss_cfg['name']!r}")
 
 
 #: In this order, after every key's own check.
-CROSS_KEY_CHECKS = (_check_dataset, _resolve_standin, _fill_loss_hparams, _check_phases, _check_eval,
-                    _check_validation, _check_asap, _check_followup_trigger, _check_loss)
+CROSS_KEY_CHECKS = (
+    _check_dataset,
+    _resolve_standin,
+    _fill_loss_hparams,
+    _check_phases,
+    _check_eval,
+    _check_validation,
+    _check_asap,
+    _check_followup_trigger,
+    _check_loss,
+)
 
 
 # -- public ----------------------------------------------------------------------------------------

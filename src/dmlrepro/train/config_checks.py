@@ -41,11 +41,13 @@ def read_yaml(path: str | os.PathLike, what: str) -> Any:
         where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
         context = getattr(error, "context", None)
-        raise ConfigError(f"{path}{where}: not valid YAML ({problem}{'; ' + context if context else ''}); "
-                          f"expected a {what} in YAML") from None
+        raise ConfigError(
+            f"{path}{where}: not valid YAML ({problem}{'; ' + context if context else ''}); expected a {what} in YAML"
+        ) from None
     except UnicodeDecodeError as error:
-        raise ConfigError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); "
-                          f"expected a {what} in YAML") from None
+        raise ConfigError(
+            f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); expected a {what} in YAML"
+        ) from None
 
 
 def _is_number(value: Any) -> bool:
@@ -64,8 +66,9 @@ def check_loss_hparam_types(name: str, hparams: Mapping[str, Any]) -> None:
     """A numeric hyperparameter given as something else (``alpha: "four"``) names its key."""
     for key, allows_null in numeric_loss_hparams(name).items():
         if key in hparams and not (_is_number(hparams[key]) or (allows_null and hparams[key] is None)):
-            raise config_error(f"loss.hparams.{key}", hparams[key],
-                               f"a number{' or null' if allows_null else ''} (loss {name!r})")
+            raise config_error(
+                f"loss.hparams.{key}", hparams[key], f"a number{' or null' if allows_null else ''} (loss {name!r})"
+            )
 
 
 def _md(value: Any) -> str:
@@ -253,8 +256,12 @@ def group_multipliers(key: str, value: Any) -> Any:
     for group, multiplier in value.items():
         if group not in GROUPS:
             raise config_error(f"{key}.{group}", multiplier, f"a group name among {list(GROUPS)}")
-        if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or not math.isfinite(multiplier) \
-                or multiplier < 0:
+        if (
+            isinstance(multiplier, bool)
+            or not isinstance(multiplier, (int, float))
+            or not math.isfinite(multiplier)
+            or multiplier < 0
+        ):
             raise config_error(f"{key}.{group}", multiplier, "a finite number >= 0")
     return value
 
@@ -267,8 +274,11 @@ def group_list(key: str, value: Any) -> list[str]:
 
 def recall_ks(key: str, value: Any) -> list[int]:
     """eval.ks: the Recall@K cut-offs, sorted, without repeats; 1 among them."""
-    if not (isinstance(value, (list, tuple)) and value
-            and all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in value)):
+    if not (
+        isinstance(value, (list, tuple))
+        and value
+        and all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in value)
+    ):
         raise config_error(key, value, "a non-empty list of integers >= 1")
     ks = sorted(set(int(k) for k in value))
     if 1 not in ks:

@@ -29,8 +29,9 @@ class EmbeddingInterrupted(Exception):
     """A preemption signal arrived while embedding (the pass is abandoned)."""
 
 
-def embed_batches(model, batches: Iterable, device: torch.device, *, desc: str = "embed",
-                  stop: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+def embed_batches(
+    model, batches: Iterable, device: torch.device, *, desc: str = "embed", stop: Any = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(float32 embeddings on ``device``, labels) of the ``(images, labels, ...)`` batches, in
     order, with ``model`` in eval mode (BN in inference mode) and in float32. The batches are read
     outside inference mode (a dataset's cached images stay ordinary tensors); nothing waits for the
@@ -67,8 +68,16 @@ class _Feed(Sampler):
 class Embedder:
     """Embeddings of a run's model (eval mode: BN in inference mode) over whole datasets or index lists."""
 
-    def __init__(self, model, device: torch.device, *, batch_size: int, num_workers: int = 0,
-                 progress: bool = False, stop: Any = None):
+    def __init__(
+        self,
+        model,
+        device: torch.device,
+        *,
+        batch_size: int,
+        num_workers: int = 0,
+        progress: bool = False,
+        stop: Any = None,
+    ):
         self.model, self.device = model, device
         self.batch_size, self.num_workers, self.progress, self.stop = int(batch_size), int(num_workers), progress, stop
         self._loaders: dict[int, tuple[Any, DataLoader, _Feed]] = {}
@@ -79,9 +88,15 @@ class Embedder:
         if found is not None and found[0] is ds:
             return found[1], found[2]
         feed, nw = _Feed(), self.num_workers
-        loader = DataLoader(SeededDataset(ds), batch_sampler=feed, num_workers=nw, persistent_workers=nw > 0,
-                            worker_init_fn=worker_init if nw else None, generator=loader_generator(0, 0, 17),
-                            pin_memory=self.device.type == "cuda")
+        loader = DataLoader(
+            SeededDataset(ds),
+            batch_sampler=feed,
+            num_workers=nw,
+            persistent_workers=nw > 0,
+            worker_init_fn=worker_init if nw else None,
+            generator=loader_generator(0, 0, 17),
+            pin_memory=self.device.type == "cuda",
+        )
         self._loaders[id(ds)] = (ds, loader, feed)
         return loader, feed
 
@@ -107,7 +122,7 @@ class Embedder:
         """(n, D) float32 embeddings on the device of ``ds[indices[k]]``, item k transformed under
         the seed ``base_seed + k`` (ASAP's k-Center pools: augmentation a pure function of the run)."""
         idx, b = indices.tolist(), self.batch_size
-        batches = [[(i, base_seed + s + j) for j, i in enumerate(idx[s:s + b])] for s in range(0, len(idx), b)]
+        batches = [[(i, base_seed + s + j) for j, i in enumerate(idx[s : s + b])] for s in range(0, len(idx), b)]
         return self._run(ds, batches, desc)[0]
 
     def close(self) -> None:

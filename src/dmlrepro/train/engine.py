@@ -48,19 +48,27 @@ from .checkpoint import load_latest, read_checkpoint, save_checkpoint
 from .config import ConfigError, config_identity, dump_yaml, resolve_run_config
 from .embedder import Embedder, EmbeddingInterrupted
 from .hooks import CheckpointPolicy, TestEvaluation, proxy_metrics
-from .imagecache import attach as attach_image_cache
-from .imagecache import share_image_cache
+from .imagecache import attach as attach_image_cache, share_image_cache
 from .model_and_loss import build_run_loss, build_run_model
 from .optim import apply_trainability, build_optimizer, group_lrs, in_followup, linked_groups, named_groups, set_lrs
-from .outputs import common_fields, diverged_record, history_row, write_final_proxies, write_train_log
-from .outputs import say as _say
+from .outputs import common_fields, diverged_record, history_row, say as _say, write_final_proxies, write_train_log
+from .precision import EVAL_PRECISION, precision_name, training_amp_dtype
 from .preemption import RunInterrupted, StopFlag
 from .projections import Projections
-from .run_data import (SeededBatchSampler, SeededDataset, build_batch_sampler, build_datasets, build_gallery,
-                       build_train_eval, build_validation, loader_generator, open_manifest, worker_init)
+from .run_data import (
+    SeededBatchSampler,
+    SeededDataset,
+    build_batch_sampler,
+    build_datasets,
+    build_gallery,
+    build_train_eval,
+    build_validation,
+    loader_generator,
+    open_manifest,
+    worker_init,
+)
 from .run_evaluation import corruption_metrics, final_metrics
 from .runlock import _LOCK_FILE, _lock_file, _run_lock  # noqa: F401 (tests and tools use them here)
-from .precision import EVAL_PRECISION, precision_name, training_amp_dtype
 from .runtime import apply_speed, available_cpus, resolve_device, resolve_runtime, restore_speed, run_device
 from .seeding import DeterminismGuard, loss_seed, rng_state, seed_everything, set_rng_state
 from .state import RunDir, TrainState
@@ -106,8 +114,10 @@ def train_run(config: dict, outdir: str | os.PathLike, *, progress: bool | None 
     except OSError as error:
         blocker = next((p for p in outdir.parents if p.exists()), outdir)
         kind = "is a file" if blocker.is_file() else "is not writable"
-        raise ConfigError(f"OUTDIR {outdir}: cannot create the run folder ({error.strerror}; {blocker} {kind}); "
-                          f"expected a writable folder path") from error
+        raise ConfigError(
+            f"OUTDIR {outdir}: cannot create the run folder ({error.strerror}; {blocker} {kind}); "
+            f"expected a writable folder path"
+        ) from error
     try:
         with _run_lock(outdir):
             return _train_locked(cfg, outdir, progress)
@@ -121,7 +131,7 @@ def train_run(config: dict, outdir: str | os.PathLike, *, progress: bool | None 
 
 def _train_locked(cfg: dict, outdir: Path, progress: bool | None) -> dict[str, Any]:
     # temporaries of atomic writes (.NAME.RANDOM.tmp) left by a process killed mid-write; with
-    # the run lock held no other process is writing here (found by tests/faults)
+    # the run lock held no other process is writing here
     rundir = RunDir(outdir)
     for stale in rundir.temporaries():
         stale.unlink(missing_ok=True)
@@ -136,12 +146,16 @@ def _train_locked(cfg: dict, outdir: Path, progress: bool | None) -> dict[str, A
             _say(f"{cfg_path} is damaged ({type(e).__name__}); rewritten from the run config")
             old = stored_cfg
         if not isinstance(old, dict):
-            raise ConfigError(f"{cfg_path}: expected a YAML mapping (the resolved run config), got "
-                              f"{type(old).__name__}; delete the file to resume")
+            raise ConfigError(
+                f"{cfg_path}: expected a YAML mapping (the resolved run config), got "
+                f"{type(old).__name__}; delete the file to resume"
+            )
         diff = _first_difference(config_identity(old), config_identity(stored_cfg))
         if diff:
-            raise ConfigError(f"{outdir} holds a run with a different config ({diff}); "
-                              f"use another output directory or delete this one")
+            raise ConfigError(
+                f"{outdir} holds a run with a different config ({diff}); "
+                f"use another output directory or delete this one"
+            )
     # num_workers / threads / deterministic as this process uses them (runtime keys: config.yaml records them)
     asked = cfg["threads"]  # the workflow's job CPUs
     cfg = resolve_runtime(cfg, resolve_device(cfg["device"]))
@@ -153,8 +167,10 @@ def _train_locked(cfg: dict, outdir: Path, progress: bool | None) -> dict[str, A
         return record
     if progress is None:
         progress = os.isatty(2)
-    _say(f"{available_cpus()} CPUs available (threads asked: {asked}): num_workers {cfg['num_workers']}, "
-         f"torch threads {cfg['threads'] or torch.get_num_threads()}, deterministic {cfg['deterministic']}")
+    _say(
+        f"{available_cpus()} CPUs available (threads asked: {asked}): num_workers {cfg['num_workers']}, "
+        f"torch threads {cfg['threads'] or torch.get_num_threads()}, deterministic {cfg['deterministic']}"
+    )
     prev = apply_speed(cfg["speed"], cfg["deterministic"])
     try:
         with DeterminismGuard(cfg["deterministic"], cfg["threads"]), StopFlag() as stop:
@@ -171,8 +187,7 @@ def _finished_record(mpath: Path) -> dict[str, Any] | None:
     """The record of a finished run, or None. A metrics.json that does not parse or lacks the
     fields every finished record has (half-written by a foreign, non-atomic writer, or damaged)
     is not trusted: it is removed, with a message, and the run is finished again from its
-    checkpoints (fault injection, tests/faults: a truncated metrics.json used to stop the run
-    with a bare JSON error)."""
+    checkpoints, rather than stopping the run with a JSON error."""
     if not mpath.is_file():
         return None
     try:
@@ -182,7 +197,9 @@ def _finished_record(mpath: Path) -> dict[str, Any] | None:
             problem = "not a JSON object"
         elif record.get("status") not in ("completed", "diverged"):
             problem = f"status {record.get('status')!r}"
-        elif not isinstance(record.get("metrics"), dict) or (record["status"] == "completed" and "recall@1" not in record["metrics"]):
+        elif not isinstance(record.get("metrics"), dict) or (
+            record["status"] == "completed" and "recall@1" not in record["metrics"]
+        ):
             problem = "no metrics"
     except (OSError, UnicodeDecodeError, ValueError) as e:
         problem = f"unreadable: {e}"
@@ -221,13 +238,23 @@ class Trainer:
         self.groups = named_groups(self.model, self.loss)
         self.optimizer = build_optimizer(cfg, self.groups, linked_groups(self.loss))
         self._build_hooks()
-        self.stepper = Stepper(cfg, model=self.model, loss=self.loss, optimizer=self.optimizer, groups=self.groups,
-                               labelmap=self.labelmap, projections=self.projections, device=self.device,
-                               amp_dtype=self.amp_dtype)
+        self.stepper = Stepper(
+            cfg,
+            model=self.model,
+            loss=self.loss,
+            optimizer=self.optimizer,
+            groups=self.groups,
+            labelmap=self.labelmap,
+            projections=self.projections,
+            device=self.device,
+            amp_dtype=self.amp_dtype,
+        )
         # cache_images: one decoded copy of each image for every loader worker of the run
         self.image_cache = share_image_cache(
-            [self.train_ds, self.test_ds, getattr(self.validation, "ds", None)], cfg["speed"]["image_cache_mb"],
-            _say if stop is not None else (lambda _msg: None))
+            [self.train_ds, self.test_ds, getattr(self.validation, "ds", None)],
+            cfg["speed"]["image_cache_mb"],
+            _say if stop is not None else (lambda _msg: None),
+        )
         self.state = TrainState()
         self.policy = CheckpointPolicy(cfg["speed"]["checkpoint_overhead"], cfg["speed"]["checkpoint_floor_mb"])
         self.open_window()  # reopened at every epoch's start (from the restored position)
@@ -240,15 +267,19 @@ class Trainer:
     def _build_data(self) -> None:
         cfg = self.cfg
         self.manifest = manifest = open_manifest(cfg["dataset"])  # refuses a truncated manifest (data layer)
-        self.train_ds, self.test_ds, self.labelmap = build_datasets(cfg["dataset"], manifest, self.model,
-                                                                    cfg["validation"])
+        self.train_ds, self.test_ds, self.labelmap = build_datasets(
+            cfg["dataset"], manifest, self.model, cfg["validation"]
+        )
         self._train_eval_ds = None
         self.gallery_ds = build_gallery(cfg["dataset"], manifest, self.model)
-        self.sampler = SeededBatchSampler(build_batch_sampler(cfg["dataset"], self.train_ds, cfg["seed"]),
-                                          cfg["seed"], cfg["steps_per_epoch"])
+        self.sampler = SeededBatchSampler(
+            build_batch_sampler(cfg["dataset"], self.train_ds, cfg["seed"]), cfg["seed"], cfg["steps_per_epoch"]
+        )
         if self.sampler.num_batches() == 0:
-            raise ConfigError(f"run config: dataset.batch_size = {cfg['dataset']['batch_size']}: an epoch has no "
-                              f"full batch of the {len(self.train_ds)} training images")
+            raise ConfigError(
+                f"run config: dataset.batch_size = {cfg['dataset']['batch_size']}: an epoch has no "
+                f"full batch of the {len(self.train_ds)} training images"
+            )
         self._loader: torch.utils.data.DataLoader | None = None
 
     def _to_device(self) -> None:
@@ -261,19 +292,48 @@ class Trainer:
     def _build_hooks(self) -> None:
         """The Embedder and the after-epoch hooks: validation (with ASAP's projections), test evaluation."""
         cfg = self.cfg
-        self.embedder = Embedder(self.model, self.device, batch_size=cfg["dataset"]["eval_batch_size"],
-                                 num_workers=cfg["num_workers"], progress=self.progress, stop=self.stop)
-        self.projections = (Projections(cfg, model=self.model, loss=self.loss, optimizer=self.optimizer,
-                                        embedder=self.embedder, train_ds=self.train_ds,
-                                        train_eval_ds=self.train_eval_ds, labelmap=self.labelmap)
-                            if cfg["asap"]["enabled"] else None)
+        self.embedder = Embedder(
+            self.model,
+            self.device,
+            batch_size=cfg["dataset"]["eval_batch_size"],
+            num_workers=cfg["num_workers"],
+            progress=self.progress,
+            stop=self.stop,
+        )
+        self.projections = (
+            Projections(
+                cfg,
+                model=self.model,
+                loss=self.loss,
+                optimizer=self.optimizer,
+                embedder=self.embedder,
+                train_ds=self.train_ds,
+                train_eval_ds=self.train_eval_ds,
+                labelmap=self.labelmap,
+            )
+            if cfg["asap"]["enabled"]
+            else None
+        )
         self.validation = None
         if cfg["validation"]["split"]:
             val_ds = build_validation(cfg["dataset"], cfg["validation"], self.manifest, self.model)
-            self.validation = Validation(cfg, val_ds, model=self.model, embedder=self.embedder, rundir=self.rundir,
-                                         steps_per_epoch=self.sampler.num_batches(), projections=self.projections)
-        self.test_eval = TestEvaluation(cfg, test_ds=self.test_ds, gallery_ds=self.gallery_ds, model=self.model,
-                                        embedder=self.embedder, rundir=self.rundir)
+            self.validation = Validation(
+                cfg,
+                val_ds,
+                model=self.model,
+                embedder=self.embedder,
+                rundir=self.rundir,
+                steps_per_epoch=self.sampler.num_batches(),
+                projections=self.projections,
+            )
+        self.test_eval = TestEvaluation(
+            cfg,
+            test_ds=self.test_ds,
+            gallery_ds=self.gallery_ds,
+            model=self.model,
+            embedder=self.embedder,
+            rundir=self.rundir,
+        )
 
     def train_eval_ds(self):
         """The run's training images with the eval transform (built once)."""
@@ -295,10 +355,17 @@ class Trainer:
     def _state(self) -> dict[str, Any]:
         """The checkpoint record: a copy of everything the after-epoch hooks may change in place
         (the position, loss, validation and projections state), references to the rest."""
-        state = {"format": CHECKPOINT_FORMAT, "config": config_identity(self.stored_cfg), "position": self.state.to_dict(),
-                 "model": self.model.state_dict(), "loss": copy.deepcopy(self.loss.state_dict()),
-                 "optimizer": self.optimizer.state_dict(), "scaler": self.stepper.scaler.state_dict(),
-                 "rng": rng_state(), "amp_dtype": str(self.amp_dtype).removeprefix("torch.") if self.amp_dtype else None}
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "config": config_identity(self.stored_cfg),
+            "position": self.state.to_dict(),
+            "model": self.model.state_dict(),
+            "loss": copy.deepcopy(self.loss.state_dict()),
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.stepper.scaler.state_dict(),
+            "rng": rng_state(),
+            "amp_dtype": str(self.amp_dtype).removeprefix("torch.") if self.amp_dtype else None,
+        }
         if self.validation is not None:
             state["validation"] = self.validation.state_dict()
         if self.projections is not None:
@@ -317,8 +384,10 @@ class Trainer:
         # config_identity of the stored identity too: keys that became runtime keys later drop out of both
         diff = _first_difference(config_identity(state.get("config") or {}), config_identity(self.stored_cfg))
         if state.get("format") != CHECKPOINT_FORMAT or diff:
-            raise ConfigError(f"checkpoint {path} belongs to another config ({diff or 'format'}); "
-                              f"use another output directory or delete {self.ckdir}")
+            raise ConfigError(
+                f"checkpoint {path} belongs to another config ({diff or 'format'}); "
+                f"use another output directory or delete {self.ckdir}"
+            )
         self._restore_amp(state, path)
         self.model.load_state_dict(state["model"])
         self.loss.load_state_dict(state["loss"])
@@ -343,10 +412,14 @@ class Trainer:
         if saved == self.amp_dtype:
             return
         if self.cfg["amp"]["enabled"] != "auto":  # pragma: no cover - amp.* is part of the identity
-            raise ConfigError(f"checkpoint {path}: amp.enabled = {self.cfg['amp']['enabled']!r} trained with "
-                              f"autocast {state['amp_dtype']}, now {self.amp_dtype}; delete {self.ckdir} to restart")
-        _say(f"amp.enabled = auto: keeping the checkpoint's autocast dtype {state['amp_dtype'] or 'off (float32)'} "
-             f"on {self.device} (it trained with it)")
+            raise ConfigError(
+                f"checkpoint {path}: amp.enabled = {self.cfg['amp']['enabled']!r} trained with "
+                f"autocast {state['amp_dtype']}, now {self.amp_dtype}; delete {self.ckdir} to restart"
+            )
+        _say(
+            f"amp.enabled = auto: keeping the checkpoint's autocast dtype {state['amp_dtype'] or 'off (float32)'} "
+            f"on {self.device} (it trained with it)"
+        )
         self.amp_dtype = saved
         self.stepper.set_amp(saved)
 
@@ -359,7 +432,7 @@ class Trainer:
             # the log is rebuilt from the checkpointed history: a rerun whose train_log.csv was
             # removed (Snakemake deletes a job's declared outputs before rerunning it) or damaged
             # gets it back even when the checkpoint is the final one and no epoch runs
-            # (tests/faults: --rerun-incomplete after a killed controller failed with MissingOutput)
+            # (else `snakemake --rerun-incomplete` after a killed controller ends in MissingOutput)
             if self.state.history:
                 self._write_log()
         else:
@@ -382,8 +455,9 @@ class Trainer:
         if self.cfg["eval"]["before_training"]:
             t0 = time.perf_counter()
             metrics = self._evaluate(0)
-            self.state.history.append(self._row(0, 0, None, None, time.perf_counter() - t0, metrics,
-                                                self._epoch_proxy_metrics(metrics)))
+            self.state.history.append(
+                self._row(0, 0, None, None, time.perf_counter() - t0, metrics, self._epoch_proxy_metrics(metrics))
+            )
 
     def _interruptible(self, fn, snapshot: dict[str, Any] | None = None):
         """``fn()``; a preemption signal while it embeds ends the run with exit 75 after
@@ -434,9 +508,14 @@ class Trainer:
         if self._loader is None:
             nw = self.cfg["num_workers"]
             self._loader = torch.utils.data.DataLoader(
-                SeededDataset(self.train_ds), batch_sampler=self.sampler, num_workers=nw, persistent_workers=nw > 0,
-                worker_init_fn=worker_init if nw else None, generator=loader_generator(self.cfg["seed"], epoch, 1),
-                pin_memory=self.device.type == "cuda")
+                SeededDataset(self.train_ds),
+                batch_sampler=self.sampler,
+                num_workers=nw,
+                persistent_workers=nw > 0,
+                worker_init_fn=worker_init if nw else None,
+                generator=loader_generator(self.cfg["seed"], epoch, 1),
+                pin_memory=self.device.type == "cuda",
+            )
         return self._loader
 
     def _train_epoch(self, epoch: int) -> dict[str, Any] | None:
@@ -462,9 +541,15 @@ class Trainer:
         """The epoch's optimizer steps from the position on; the host reads the device's loss and
         flags every ``speed.sync_every`` steps. A signal: checkpoint after the step, RunInterrupted."""
         st, every = self.state, self.cfg["speed"]["sync_every"]
-        bar = tqdm(self.epoch_loader(epoch, st.batch), total=self.sampler.num_batches(), initial=st.batch,
-                   disable=not self.progress, desc=f"epoch {epoch}/{self.cfg['epochs']}", leave=False,
-                   dynamic_ncols=True)
+        bar = tqdm(
+            self.epoch_loader(epoch, st.batch),
+            total=self.sampler.num_batches(),
+            initial=st.batch,
+            disable=not self.progress,
+            desc=f"epoch {epoch}/{self.cfg['epochs']}",
+            leave=False,
+            dynamic_ncols=True,
+        )
         self.open_window()
         with contextlib.closing(bar):
             for x, y, _ in bar:
@@ -492,19 +577,39 @@ class Trainer:
         if self.validation is not None:
             val_metrics = self.validation.evaluate(epoch, st.global_step)
             if val_metrics is None:
-                return {"epoch": epoch, "step": st.batch, "global_step": st.global_step,
-                        "what": "validation embeddings", "lrs": lrs}
+                return {
+                    "epoch": epoch,
+                    "step": st.batch,
+                    "global_step": st.global_step,
+                    "what": "validation embeddings",
+                    "lrs": lrs,
+                }
             self._plateau_control(epoch)
         final = epoch == self.cfg["epochs"] or bool(st.stopped)
         metrics = None
         if self.test_eval.due(epoch, final):
             metrics = self._evaluate(epoch, final)
             if metrics is None:
-                return {"epoch": epoch, "step": st.batch, "global_step": st.global_step, "what": "embeddings",
-                        "lrs": lrs}
+                return {
+                    "epoch": epoch,
+                    "step": st.batch,
+                    "global_step": st.global_step,
+                    "what": "embeddings",
+                    "lrs": lrs,
+                }
         loss_mean = st.epoch_loss_sum / max(st.epoch_steps, 1)
-        st.history.append(self._row(epoch, st.epoch_steps, loss_mean, lrs, st.epoch_seconds, metrics,
-                                    self._epoch_proxy_metrics(metrics), val_metrics))
+        st.history.append(
+            self._row(
+                epoch,
+                st.epoch_steps,
+                loss_mean,
+                lrs,
+                st.epoch_seconds,
+                metrics,
+                self._epoch_proxy_metrics(metrics),
+                val_metrics,
+            )
+        )
         return None
 
     def _end_epoch(self, epoch: int, t0: float) -> None:
@@ -540,8 +645,9 @@ class Trainer:
                 _say(f"validation plateaued after epoch {epoch}: followup phase from epoch {epoch + 1}")
             else:
                 st.stopped = epoch
-        elif plateau and start is not None and f["epochs"] and epoch - start + 1 >= f["epochs"] \
-                and epoch < cfg["epochs"]:
+        elif (
+            plateau and start is not None and f["epochs"] and epoch - start + 1 >= f["epochs"] and epoch < cfg["epochs"]
+        ):
             st.stopped = epoch  # followup.epochs phase-2 epochs done (the schedule is closed at the finish)
 
     # -- the step and its device-side window (:class:`~dmlrepro.train.stepper.Stepper`) --------
@@ -570,15 +676,22 @@ class Trainer:
         except ValueError as error:
             raise ConfigError(f"run config: eval.proxy_metrics = {wanted!r}: {error}") from None
         if "avg_dtp" in wanted and len(labels) != len(self.labelmap):
-            raise ConfigError(f"run config: eval.proxy_metrics = {wanted!r}: avg_dtp needs one proxy per class, "
-                              f"loss {self.cfg['loss']['name']!r} has {len(labels)} for {len(self.labelmap)} classes")
+            raise ConfigError(
+                f"run config: eval.proxy_metrics = {wanted!r}: avg_dtp needs one proxy per class, "
+                f"loss {self.cfg['loss']['name']!r} has {len(labels)} for {len(self.labelmap)} classes"
+            )
 
     def _proxy_metrics(self) -> dict[str, float]:
         return proxy_metrics(self.cfg, self.embedder, self.train_eval_ds(), self.labelmap, self.loss)
 
     def _write_log(self) -> None:
-        write_train_log(self.rundir, self.cfg, self.state, [g["name"] for g in self.optimizer.param_groups],
-                        self.validation is not None)
+        write_train_log(
+            self.rundir,
+            self.cfg,
+            self.state,
+            [g["name"] for g in self.optimizer.param_groups],
+            self.validation is not None,
+        )
 
     def _finish_completed(self) -> dict[str, Any]:
         select, last_epoch = self.cfg["eval"]["select"], self.state.stopped or self.cfg["epochs"]
@@ -593,8 +706,14 @@ class Trainer:
                 if best.is_file():
                     os.replace(best, final)
         epoch = self._final_epoch(select, last_epoch)
-        extra = {"status": "completed", "epoch": epoch, "diverged_at": None, "precision": self.precision(),
-                 **common_fields(self.cfg, self.state), **self._final_extras(last_epoch)}
+        extra = {
+            "status": "completed",
+            "epoch": epoch,
+            "diverged_at": None,
+            "precision": self.precision(),
+            **common_fields(self.cfg, self.state),
+            **self._final_extras(last_epoch),
+        }
         write_final_proxies(self.rundir, self.loss, self.labelmap.classes)  # the report's, before metrics.json
         res = final_metrics(self.outdir, self.cfg, extra)
         _say(f"completed: epoch {epoch} test recall@1 = {res['metrics']['recall@1']:.4f} ({self.outdir})")
@@ -603,8 +722,11 @@ class Trainer:
     def precision(self) -> dict[str, str]:
         """metrics.json's `precision`: the device and the training and evaluation precisions."""
         tf32 = bool(self.cfg["speed"]["tf32"])
-        return {"device": str(self.device), "train": precision_name(self.amp_dtype, self.device, tf32),
-                "eval": EVAL_PRECISION}
+        return {
+            "device": str(self.device),
+            "train": precision_name(self.amp_dtype, self.device, tf32),
+            "eval": EVAL_PRECISION,
+        }
 
     def _final_epoch(self, select: str, last_epoch: int) -> int:
         """The epoch of the selected model's saved test embeddings (computed again when missing)."""
@@ -615,15 +737,17 @@ class Trainer:
                 load_embeddings(self.rundir.embeddings(gallery=True))
             return epoch
         except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as e:
-            # missing or damaged (fault injection, tests/faults: a truncated embeddings_test.npz used
-            # to end the run with a bare BadZipFile): with select "last" the model in memory is the
+            # missing or damaged (e.g. truncated by a kill mid-write): with select "last" the model in memory is the
             # final one (best_val: the saved best model), and evaluation is deterministic, so the file
             # is simply computed again
             if select == "best_test" or (select == "last" and self.state.epoch != last_epoch + 1):
-                raise FileNotFoundError(f"{emb_path} is missing or damaged ({e}); "
-                                        f"run `dmlrepro evaluate {self.outdir}`") from None
-            _say(f"{emb_path.name} is missing or damaged ({type(e).__name__}); computing it again from the "
-                 f"{'best-validation' if select == 'best_val' else 'final'} model")
+                raise FileNotFoundError(
+                    f"{emb_path} is missing or damaged ({e}); run `dmlrepro evaluate {self.outdir}`"
+                ) from None
+            _say(
+                f"{emb_path.name} is missing or damaged ({type(e).__name__}); computing it again from the "
+                f"{'best-validation' if select == 'best_val' else 'final'} model"
+            )
         if select == "best_val":
             return self._evaluate_best_val()
         if self._evaluate(last_epoch, True) is None:  # pragma: no cover - finite before
@@ -638,8 +762,9 @@ class Trainer:
             logged = last.get("proxy_metrics") if last.get("epoch") == last_epoch else None
             extra["proxy_metrics"] = logged if logged is not None else self._proxy_metrics()
         if self.cfg["eval"]["corruptions"]:  # RSW Table IV: the final model on corrupted test images
-            extra["corruption_metrics"] = corruption_metrics(self.model, self.cfg, self.manifest, device=self.device,
-                                                             progress=self.progress, stop=self.stop)
+            extra["corruption_metrics"] = corruption_metrics(
+                self.model, self.cfg, self.manifest, device=self.device, progress=self.progress, stop=self.stop
+            )
         if self.validation is not None:
             extra["validation"] = self.validation.summary()
         return extra
@@ -661,8 +786,10 @@ class Trainer:
             self.validation.write_log()
         record = {**diverged_record(self.cfg, st, info), "precision": self.precision()}
         write_json_atomic(self.rundir.metrics, record)
-        _say(f"diverged: non-finite {info['what']} at epoch {info['epoch']} step {info['step']}; "
-             f"last finite evaluation: epoch {record['epoch']} ({self.rundir.metrics})")
+        _say(
+            f"diverged: non-finite {info['what']} at epoch {info['epoch']} step {info['step']}; "
+            f"last finite evaluation: epoch {record['epoch']} ({self.rundir.metrics})"
+        )
         return record
 
 

@@ -65,14 +65,14 @@ class SharedImageCache:
         if k is None or not self.filled[k]:
             return None
         h, w = self.shapes[k]
-        return self.data[self.offsets[k]:self.offsets[k + 1]].view(3, h, w)
+        return self.data[self.offsets[k] : self.offsets[k + 1]].view(3, h, w)
 
     def put(self, row: int, img: torch.Tensor) -> bool:
         """Store `img` in its row's slot (False: no slot of that shape; the caller keeps it)."""
         k = self.slot.get(int(row))
         if k is None or tuple(img.shape) != (3, *self.shapes[k]) or img.dtype != torch.uint8:
             return False
-        self.data[self.offsets[k]:self.offsets[k + 1]].copy_(img.reshape(-1))
+        self.data[self.offsets[k] : self.offsets[k + 1]].copy_(img.reshape(-1))
         self.filled[k] = 1  # after the bytes: a reader that sees the flag sees the image
         return True
 
@@ -84,7 +84,7 @@ class SharedImageCache:
         for k, p in enumerate(paths):
             img = store.get(p)
             if img is not None and img.shape[1:] == tuple(self.shapes[k]):
-                self.data[self.offsets[k]:self.offsets[k + 1]].copy_(torch.from_numpy(img.reshape(-1)))
+                self.data[self.offsets[k] : self.offsets[k + 1]].copy_(torch.from_numpy(img.reshape(-1)))
                 self.filled[k] = 1
                 filled += 1
         return filled
@@ -124,16 +124,20 @@ def share_image_cache(datasets: list[Any], budget_mb: float, say=print) -> Share
     rows = np.asarray(sorted(paths), dtype=np.int64)
     shapes = image_shapes(cached[0].root, [paths[int(r)] for r in rows], budget_mb)
     if shapes is None:
-        say(f"image cache: {len(rows)} images need more than speed.image_cache_mb = {budget_mb:g} MiB; "
-            f"each process caches its own")
+        say(
+            f"image cache: {len(rows)} images need more than speed.image_cache_mb = {budget_mb:g} MiB; "
+            f"each process caches its own"
+        )
         return None
     cache = SharedImageCache(rows, shapes)
     need_mb = cache.nbytes / 2**20
     for ds in cached:
         ds._cache = cache.view(ds.rows)
     stored = cache.fill_from(cached[0].root, [paths[int(r)] for r in rows])
-    say(f"image cache: {len(rows)} images, {need_mb:.1f} MiB shared by the loader workers"
-        + (f", {stored} read from {DECODED_NAME}" if stored else ""))
+    say(
+        f"image cache: {len(rows)} images, {need_mb:.1f} MiB shared by the loader workers"
+        + (f", {stored} read from {DECODED_NAME}" if stored else "")
+    )
     return cache
 
 

@@ -88,15 +88,24 @@ def group_lrs(cfg: dict[str, Any], epoch: int, followup_start: int | None = None
     return {g: base * mult[g] * factor for g in GROUPS}
 
 
-def build_optimizer(cfg: dict[str, Any], groups: dict[str, list[nn.Parameter]],
-                    linked: dict[str, tuple[list[nn.Parameter], str, float]] | None = None) -> torch.optim.Optimizer:
+def build_optimizer(
+    cfg: dict[str, Any],
+    groups: dict[str, list[nn.Parameter]],
+    linked: dict[str, tuple[list[nn.Parameter], str, float]] | None = None,
+) -> torch.optim.Optimizer:
     """One optimizer group per non-empty entry of ``groups``; a linked group (``linked_groups``)
     carries its ``lr_of`` group and ``lr_ratio``, which ``set_lrs`` applies."""
     o = cfg["optimizer"]
     links = {name: {"lr_of": group, "lr_ratio": ratio} for name, (_, group, ratio) in (linked or {}).items()}
     param_groups = [
-        {"name": g, "params": params, "weight_decay": o["weight_decay"] * o["wd_mult"][base_group(g)], **links.get(g, {})}
-        for g, params in groups.items() if params
+        {
+            "name": g,
+            "params": params,
+            "weight_decay": o["weight_decay"] * o["wd_mult"][base_group(g)],
+            **links.get(g, {}),
+        }
+        for g, params in groups.items()
+        if params
     ]
     set_lrs_of(param_groups, group_lrs(cfg, 1))
     kw: dict[str, Any] = {}

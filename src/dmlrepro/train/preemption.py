@@ -30,8 +30,9 @@ class RunInterrupted(Exception):
 
     def __init__(self, signum: int, checkpoint):
         self.signum, self.checkpoint = signum, checkpoint
-        super().__init__(f"stopped on {signal.Signals(signum).name}; checkpoint {checkpoint}; "
-                         f"run the same command again to resume")
+        super().__init__(
+            f"stopped on {signal.Signals(signum).name}; checkpoint {checkpoint}; run the same command again to resume"
+        )
 
 
 class StopFlag:

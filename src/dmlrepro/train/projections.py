@@ -55,8 +55,9 @@ class Projections:
         self.model, self.loss, self.optimizer, self.embedder = model, loss, optimizer, embedder
         self.train_ds, self.train_eval_ds, self.labelmap = train_ds, train_eval_ds, labelmap
         self.names = [n for n, p in model.named_parameters() if p.requires_grad]
-        self.reg = ProximalRegularizer([p for p in model.parameters() if p.requires_grad], lam=0.0,
-                                       exclude=loss.parameters())
+        self.reg = ProximalRegularizer(
+            [p for p in model.parameters() if p.requires_grad], lam=0.0, exclude=loss.parameters()
+        )
         self.best_model: dict[str, torch.Tensor] | None = None  # θ_bp (ASAP-R4 "best")
         self.best_proxies: torch.Tensor | None = None  # ρ_bp
         self.best_val: dict[str, np.ndarray] | None = None  # validation embeddings at θ_bp (Fig. 7)
@@ -103,9 +104,17 @@ class Projections:
     def initialize(self) -> dict[str, Any]:
         """The first proxies (Alg. 1's first outer iteration); θ* = θ."""
         loss, c = self.loss, self.cfg
-        sel = initial_proxies(self._embedder(0), self._labels(), loss.num_classes, loss.proxies_per_class, c["b"],
-                              self._generator(0), first_init=c["first_init"], small_budget=c["small_budget"],
-                              normalize=c["normalize"])
+        sel = initial_proxies(
+            self._embedder(0),
+            self._labels(),
+            loss.num_classes,
+            loss.proxies_per_class,
+            c["b"],
+            self._generator(0),
+            first_init=c["first_init"],
+            small_budget=c["small_budget"],
+            normalize=c["normalize"],
+        )
         loss.set_proxies(sel.proxies)
         self.reg.snapshot()
         self.selections = 1
@@ -128,7 +137,9 @@ class Projections:
         augmentation), row c·P + k = proxy k of class c, on the device; loaded once per selection."""
         if self._anchor_x is None:
             ds = self.train_eval_ds()
-            self._anchor_x = torch.stack([ds[int(i)][0] for i in self.indices.flatten().tolist()]).to(self.embedder.device)
+            self._anchor_x = torch.stack([ds[int(i)][0] for i in self.indices.flatten().tolist()]).to(
+                self.embedder.device
+            )
         return self._anchor_x
 
     def record_anchors(self, z: torch.Tensor) -> None:
@@ -164,33 +175,49 @@ class Projections:
         with self._weights(anchor_model):
             if self.samples:  # the selected samples at θ*, embedded as the pool is (same space)
                 anchor_proxies = self._sample_seeds(self._embedder(self.selections, 1))
-            sel = select_proxies(self._embedder(self.selections), self._labels(),
-                                 anchor_proxies.view(self.loss.num_classes, self.loss.proxies_per_class, -1), c["b"],
-                                 self._generator(self.selections), small_budget=c["small_budget"],
-                                 normalize=c["normalize"])
+            sel = select_proxies(
+                self._embedder(self.selections),
+                self._labels(),
+                anchor_proxies.view(self.loss.num_classes, self.loss.proxies_per_class, -1),
+                c["b"],
+                self._generator(self.selections),
+                small_budget=c["small_budget"],
+                normalize=c["normalize"],
+            )
         self.loss.set_proxies(sel.proxies)
         self.selections += 1
         self.reg.lam = decision.lam
         if decision.reset_optimizer:
             self.optimizer.state.clear()
-        fields = {"kcenter_seconds": time.perf_counter() - start, "pool_size": int(sel.pool.shape[1]),
-                  "theta_distance": self.reg.distance()}
+        fields = {
+            "kcenter_seconds": time.perf_counter() - start,
+            "pool_size": int(sel.pool.shape[1]),
+            "theta_distance": self.reg.distance(),
+        }
         if self.samples:
             fields.update(self._picked(sel.indices))
         return fields
 
     # -- state ---------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        state = {"reg": self.reg.state_dict(), "best_model": self.best_model, "best_proxies": self.best_proxies,
-                 "best_val": None if self.best_val is None else {k: torch.as_tensor(v) for k, v in self.best_val.items()},
-                 "selections": self.selections}
+        state = {
+            "reg": self.reg.state_dict(),
+            "best_model": self.best_model,
+            "best_proxies": self.best_proxies,
+            "best_val": None if self.best_val is None else {k: torch.as_tensor(v) for k, v in self.best_val.items()},
+            "selections": self.selections,
+        }
         if self.samples:
             state["indices"] = None if self.indices is None else self.indices.clone()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.reg.load_state_dict(state["reg"])
-        self.best_model, self.best_proxies, self.selections = state["best_model"], state["best_proxies"], state["selections"]
+        self.best_model, self.best_proxies, self.selections = (
+            state["best_model"],
+            state["best_proxies"],
+            state["selections"],
+        )
         self.best_val = None if state["best_val"] is None else {k: v.numpy() for k, v in state["best_val"].items()}
         if self.samples:
             self.indices, self._anchor_x = state.get("indices"), None

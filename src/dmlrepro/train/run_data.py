@@ -36,8 +36,10 @@ def open_manifest(dataset_cfg: dict[str, Any]):
         except TypeError as e:
             raise ConfigError(f"run config: dataset.params = {dict(dataset_cfg['params'])!r}: {e}") from None
     elif dataset_cfg["params"]:
-        raise ConfigError(f"run config: dataset.params = {dict(dataset_cfg['params'])!r}: only for embedded datasets "
-                          f"with dataset.prepare: true")
+        raise ConfigError(
+            f"run config: dataset.params = {dict(dataset_cfg['params'])!r}: only for embedded datasets "
+            f"with dataset.prepare: true"
+        )
     try:
         return data.load(name, root)
     except Exception as e:
@@ -52,7 +54,8 @@ def _normalization(dataset_cfg: dict[str, Any], model) -> tuple[str, Any]:
     norm = dataset_cfg["normalization"]
     if norm == "auto":
         norm = {"rgb_imagenet": "imagenet", "bgr255": "bninception", "rgb_half": "half"}.get(
-            getattr(model, "input_convention", ""), "imagenet")
+            getattr(model, "input_convention", ""), "imagenet"
+        )
     if norm == "half":  # not offered by dmlrepro.data.transforms: [0, 1] then (x - 0.5) / 0.5
         from torchvision.transforms import v2  # deferred: torchvision, only where transforms are built
 
@@ -68,11 +71,21 @@ def build_transforms(dataset_cfg: dict[str, Any], model, corruption=None):
     from dmlrepro.data import build_transform  # deferred: imports torchvision
 
     norm, extra = _normalization(dataset_cfg, model)
-    common = dict(size=dataset_cfg["image_size"], resize=dataset_cfg["resize"], resize_mode=dataset_cfg["resize_mode"],
-                  normalization=norm)
-    train = build_transform(True, **common, scale=tuple(dataset_cfg["scale"]), ratio=tuple(dataset_cfg["ratio"]),
-                            train_resize=dataset_cfg["train_resize"], train_crop=dataset_cfg["train_crop"],
-                            hflip=dataset_cfg["hflip"])
+    common = dict(
+        size=dataset_cfg["image_size"],
+        resize=dataset_cfg["resize"],
+        resize_mode=dataset_cfg["resize_mode"],
+        normalization=norm,
+    )
+    train = build_transform(
+        True,
+        **common,
+        scale=tuple(dataset_cfg["scale"]),
+        ratio=tuple(dataset_cfg["ratio"]),
+        train_resize=dataset_cfg["train_resize"],
+        train_crop=dataset_cfg["train_crop"],
+        hflip=dataset_cfg["hflip"],
+    )
     test = build_transform(False, **common, corruption=corruption)
     if extra is not None:
         train, test = v2.Compose([train, extra]), v2.Compose([test, extra])
@@ -101,8 +114,9 @@ def noisy_labels(dataset_cfg: dict[str, Any], manifest) -> str | None:
     path = label_noise_path(dataset_cfg)
     if not path.is_file():
         n = dataset_cfg["label_noise"]
-        write_noisy_labels(manifest, path, seed=n["seed"], rate=n["rate"], mode=n["mode"],
-                           split=dataset_cfg["train_split"])
+        write_noisy_labels(
+            manifest, path, seed=n["seed"], rate=n["rate"], mode=n["mode"], split=dataset_cfg["train_split"]
+        )
     return str(path)
 
 
@@ -114,8 +128,12 @@ def validation_rows(validation_cfg: dict[str, Any] | None, manifest) -> tuple[np
         return None
     # a run's stored identity (config.yaml, the report's run records) drops `fraction` at its late default
     fraction = section_value(validation_cfg, "validation.fraction")
-    kw = dict(fold=validation_cfg["fold"], n_folds=validation_cfg["n_folds"], scheme=validation_cfg["scheme"],
-              fraction=fraction)
+    kw = dict(
+        fold=validation_cfg["fold"],
+        n_folds=validation_cfg["n_folds"],
+        scheme=validation_cfg["scheme"],
+        fraction=fraction,
+    )
     try:
         return tuple(split_indices(manifest, f"{validation_cfg['split']}_{part}", **kw) for part in ("train", "val"))
     except ValueError as e:
@@ -127,34 +145,51 @@ def build_datasets(dataset_cfg: dict[str, Any], manifest, model, validation_cfg:
     training classes (the validation set is :func:`build_validation`'s)."""
     train_tf, test_tf = build_transforms(dataset_cfg, model)
     rows = validation_rows(validation_cfg, manifest)
-    train = ManifestDataset(manifest, split=dataset_cfg["train_split"], indices=None if rows is None else rows[0],
-                            transform=train_tf, label_override=noisy_labels(dataset_cfg, manifest),
-                            cache_images=dataset_cfg.get("cache_images", False))
-    test = ManifestDataset(manifest, split=dataset_cfg["test_split"], transform=test_tf,
-                           cache_images=dataset_cfg.get("cache_images", False))
+    train = ManifestDataset(
+        manifest,
+        split=dataset_cfg["train_split"],
+        indices=None if rows is None else rows[0],
+        transform=train_tf,
+        label_override=noisy_labels(dataset_cfg, manifest),
+        cache_images=dataset_cfg.get("cache_images", False),
+    )
+    test = ManifestDataset(
+        manifest,
+        split=dataset_cfg["test_split"],
+        transform=test_tf,
+        cache_images=dataset_cfg.get("cache_images", False),
+    )
     return train, test, LabelMap(train.labels)
 
 
 def build_validation(dataset_cfg: dict[str, Any], validation_cfg: dict[str, Any], manifest, model):
     """The validation classes of the training split with the eval transform (true labels)."""
-    return ManifestDataset(manifest, indices=validation_rows(validation_cfg, manifest)[1],
-                           transform=build_transforms(dataset_cfg, model)[1],
-                           cache_images=dataset_cfg.get("cache_images", False))
+    return ManifestDataset(
+        manifest,
+        indices=validation_rows(validation_cfg, manifest)[1],
+        transform=build_transforms(dataset_cfg, model)[1],
+        cache_images=dataset_cfg.get("cache_images", False),
+    )
 
 
 def build_gallery(dataset_cfg: dict[str, Any], manifest, model):
     """The gallery of query→gallery evaluation (eval transform), or None without `dataset.gallery_split`."""
     if dataset_cfg["gallery_split"] is None:
         return None
-    return ManifestDataset(manifest, split=dataset_cfg["gallery_split"],
-                           transform=build_transforms(dataset_cfg, model)[1])
+    return ManifestDataset(
+        manifest, split=dataset_cfg["gallery_split"], transform=build_transforms(dataset_cfg, model)[1]
+    )
 
 
 def build_train_eval(dataset_cfg: dict[str, Any], manifest, model, rows=None):
     """The training split (or its `rows`) with the eval transform (no augmentation), for proxy–data measures."""
-    return ManifestDataset(manifest, split=dataset_cfg["train_split"], indices=rows,
-                           transform=build_transforms(dataset_cfg, model)[1],
-                           cache_images=dataset_cfg.get("cache_images", False))
+    return ManifestDataset(
+        manifest,
+        split=dataset_cfg["train_split"],
+        indices=rows,
+        transform=build_transforms(dataset_cfg, model)[1],
+        cache_images=dataset_cfg.get("cache_images", False),
+    )
 
 
 def build_test_corrupted(dataset_cfg: dict[str, Any], manifest, model, corruption, decoded=None):
@@ -163,19 +198,30 @@ def build_test_corrupted(dataset_cfg: dict[str, Any], manifest, model, corruptio
     transform = build_transforms(dataset_cfg, model, corruption)[1]
     if decoded is not None:
         return decoded.with_transform(transform)
-    return ManifestDataset(manifest, split=dataset_cfg["test_split"], transform=transform,
-                           cache_images=dataset_cfg.get("cache_images", False))
+    return ManifestDataset(
+        manifest,
+        split=dataset_cfg["test_split"],
+        transform=transform,
+        cache_images=dataset_cfg.get("cache_images", False),
+    )
 
 
 def build_batch_sampler(dataset_cfg: dict[str, Any], train_ds, seed: int):
     if dataset_cfg["sampler"] == "random":
         if dataset_cfg["batch_size"] > len(train_ds):
-            raise ConfigError(f"run config: dataset.batch_size = {dataset_cfg['batch_size']}: expected at most the "
-                              f"{len(train_ds)} training images")
+            raise ConfigError(
+                f"run config: dataset.batch_size = {dataset_cfg['batch_size']}: expected at most the "
+                f"{len(train_ds)} training images"
+            )
         return RandomBatchSampler(len(train_ds), dataset_cfg["batch_size"], seed=seed, drop_last=True)
     try:
-        return MPerClassBatchSampler(train_ds.labels, dataset_cfg["m"], dataset_cfg["batch_size"], seed=seed,
-                                     length_before_new_iter=dataset_cfg["length_before_new_iter"])
+        return MPerClassBatchSampler(
+            train_ds.labels,
+            dataset_cfg["m"],
+            dataset_cfg["batch_size"],
+            seed=seed,
+            length_before_new_iter=dataset_cfg["length_before_new_iter"],
+        )
     except ValueError as e:
         raise ConfigError(f"run config: dataset.batch_size/dataset.m: {e}") from None
 

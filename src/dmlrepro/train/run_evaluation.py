@@ -17,8 +17,12 @@ from tqdm import tqdm
 from dmlrepro.asap.normalisation import normalize_array
 from dmlrepro.atomic import write_json_atomic
 from dmlrepro.data.corruptions import build_corruption
-from dmlrepro.evaluation import (evaluate_embeddings_file, retrieval_metrics, retrieval_metrics_query_gallery,
-                                 save_embeddings)
+from dmlrepro.evaluation import (
+    evaluate_embeddings_file,
+    retrieval_metrics,
+    retrieval_metrics_query_gallery,
+    save_embeddings,
+)
 from dmlrepro.evaluation.clustering import nmi_from_config
 
 from .checkpoint import CheckpointError, list_checkpoints, read_checkpoint
@@ -32,24 +36,45 @@ from .state import EMBEDDINGS_FILE, RunDir
 log = logging.getLogger(__name__)
 
 
-def compute_embeddings(model, ds, *, batch_size: int, device: torch.device, num_workers: int = 0,
-                       progress: bool = False, desc: str = "embed", on_device: bool = False, stop: Any = None):
+def compute_embeddings(
+    model,
+    ds,
+    *,
+    batch_size: int,
+    device: torch.device,
+    num_workers: int = 0,
+    progress: bool = False,
+    desc: str = "embed",
+    on_device: bool = False,
+    stop: Any = None,
+):
     """Embeddings computed in float32 (:func:`~dmlrepro.train.embedder.embed_batches`; numpy,
     or with ``on_device`` a tensor left on ``device``, for the metrics to search there), labels
     and manifest rows of every item of ``ds``, in order, through a loader of ``num_workers``
     workers (pinned memory on CUDA). A true `stop` (the run's stop flag) after a batch abandons
     the pass: :class:`~dmlrepro.train.embedder.EmbeddingInterrupted`."""
-    loader = DataLoader(ds, batch_size=batch_size, shuffle=False, num_workers=num_workers,
-                        worker_init_fn=worker_init if num_workers else None, generator=loader_generator(0, 0, 17),
-                        pin_memory=device.type == "cuda")
+    loader = DataLoader(
+        ds,
+        batch_size=batch_size,
+        shuffle=False,
+        num_workers=num_workers,
+        worker_init_fn=worker_init if num_workers else None,
+        generator=loader_generator(0, 0, 17),
+        pin_memory=device.type == "cuda",
+    )
     batches = tqdm(loader, desc=desc, disable=not progress, leave=False, dynamic_ncols=True)
     emb, labels = embed_batches(model, batches, device, desc=desc, stop=stop)
     return (emb if on_device else emb.cpu().numpy()), labels.numpy(), np.asarray(ds.rows, dtype=np.int64)
 
 
-def embedding_metrics(emb: np.ndarray | torch.Tensor, labels: np.ndarray, cfg: dict[str, Any],
-                      gallery: tuple[np.ndarray, np.ndarray] | None = None, *,
-                      with_nmi: bool = True) -> dict[str, float] | None:
+def embedding_metrics(
+    emb: np.ndarray | torch.Tensor,
+    labels: np.ndarray,
+    cfg: dict[str, Any],
+    gallery: tuple[np.ndarray, np.ndarray] | None = None,
+    *,
+    with_nmi: bool = True,
+) -> dict[str, float] | None:
     """Retrieval metrics (+ NMI where `eval.nmi` asks and `with_nmi`) on the given embeddings, or of
     the queries `emb` against `gallery` = (embeddings, labels); None if any value is not finite. The
     k-NN search runs where `emb` is (a device tensor from ``compute_embeddings(on_device=True)``: that
@@ -61,11 +86,15 @@ def embedding_metrics(emb: np.ndarray | torch.Tensor, labels: np.ndarray, cfg: d
         emb = normalize_array(_host(emb), e["normalize"])
         gallery = None if gallery is None else (normalize_array(_host(gallery[0]), e["normalize"]), gallery[1])
     if gallery is None:
-        metrics = dict(retrieval_metrics(emb, labels, ks=tuple(e["ks"]), distance=e["distance"],
-                                         backend=knn_backend(cfg)))
+        metrics = dict(
+            retrieval_metrics(emb, labels, ks=tuple(e["ks"]), distance=e["distance"], backend=knn_backend(cfg))
+        )
     else:
-        metrics = dict(retrieval_metrics_query_gallery(emb, labels, *gallery, ks=tuple(e["ks"]), distance=e["distance"],
-                                                       backend=knn_backend(cfg)))
+        metrics = dict(
+            retrieval_metrics_query_gallery(
+                emb, labels, *gallery, ks=tuple(e["ks"]), distance=e["distance"], backend=knn_backend(cfg)
+            )
+        )
     if e["nmi"] and with_nmi:
         metrics["nmi"] = float(nmi_from_config(emb, labels, e["nmi"], seed=cfg["seed"]))
     return metrics
@@ -88,8 +117,9 @@ def _host(x):
 CORRUPTION_SEED = 0
 
 
-def corruption_metrics(model, cfg: dict[str, Any], manifest, *, device: torch.device, progress: bool = False,
-                       stop: Any = None) -> dict[str, float | None]:
+def corruption_metrics(
+    model, cfg: dict[str, Any], manifest, *, device: torch.device, progress: bool = False, stop: Any = None
+) -> dict[str, float | None]:
     """Test metrics of `model` with every test image corrupted by each `eval.corruptions` entry
     (RSW Table IV: train clean, evaluate corrupted), flat: `<metric>@<name>_<severity>` (e.g.
     `recall@1@gaussian_3`; `<metric>@<name>` for imgaug's default range). The retrieval metrics
@@ -102,9 +132,17 @@ def corruption_metrics(model, cfg: dict[str, Any], manifest, *, device: torch.de
     for item in cfg["eval"]["corruptions"]:
         corruption = build_corruption(item["name"], severity=item["severity"], seed=CORRUPTION_SEED)
         ds = build_test_corrupted(cfg["dataset"], manifest, model, corruption, ds)
-        emb, labels, _ = compute_embeddings(model, ds, batch_size=cfg["dataset"]["eval_batch_size"], device=device,
-                                            num_workers=cfg["num_workers"], progress=progress,
-                                            desc=f"eval test, {corruption_suffix(item)}", on_device=True, stop=stop)
+        emb, labels, _ = compute_embeddings(
+            model,
+            ds,
+            batch_size=cfg["dataset"]["eval_batch_size"],
+            device=device,
+            num_workers=cfg["num_workers"],
+            progress=progress,
+            desc=f"eval test, {corruption_suffix(item)}",
+            on_device=True,
+            stop=stop,
+        )
         metrics = embedding_metrics(emb, labels, cfg, with_nmi=False)
         suffix = corruption_suffix(item)
         for name in names if metrics is None else metrics:
@@ -118,10 +156,18 @@ def final_metrics(outdir: Path, cfg: dict[str, Any], extra: dict[str, Any]) -> d
     record ``extra``."""
     e, rundir = cfg["eval"], RunDir(outdir)
     gallery = rundir.embeddings(gallery=True) if cfg["dataset"]["gallery_split"] else None
-    res = evaluate_embeddings_file(rundir.embeddings(), None, ks=tuple(e["ks"]), distance=e["distance"],
-                                   nmi=e["nmi"], nmi_seed=cfg["seed"], gallery_path=gallery,
-                                   device=run_device(cfg), backend=knn_backend(cfg),
-                                   normalize=e.get("normalize", "none"))
+    res = evaluate_embeddings_file(
+        rundir.embeddings(),
+        None,
+        ks=tuple(e["ks"]),
+        distance=e["distance"],
+        nmi=e["nmi"],
+        nmi_seed=cfg["seed"],
+        gallery_path=gallery,
+        device=run_device(cfg),
+        backend=knn_backend(cfg),
+        normalize=e.get("normalize", "none"),
+    )
     res.update(extra)
     write_json_atomic(rundir.metrics, res)
     return res
@@ -130,8 +176,8 @@ def final_metrics(outdir: Path, cfg: dict[str, Any], extra: dict[str, Any]) -> d
 def evaluate_run(outdir, *, device: str | None = None, progress: bool | None = None) -> dict[str, Any]:
     """Recompute ``<outdir>/metrics.json`` from ``embeddings_test.npz``; if that file is missing,
     first recompute the embeddings from the selected model (``checkpoints/best_model.pt`` for
-    ``eval.select: best_test``, ``best_val_model.pt`` for ``best_val``, else the final checkpoint). A diverged run has no final model:
-    its recorded metrics.json is returned unchanged."""
+    ``eval.select: best_test``, ``best_val_model.pt`` for ``best_val``, else the final checkpoint). A diverged run
+    has no final model: its recorded metrics.json is returned unchanged."""
     outdir = Path(outdir)
     rundir = RunDir(outdir)
     cfg = resolve_run_config(load_run_config(rundir.config))
@@ -146,14 +192,18 @@ def evaluate_run(outdir, *, device: str | None = None, progress: bool | None = N
         model_state, epoch = _selected_model(rundir, cfg, record)
         _embed_test_sets(rundir, cfg, model_state, epoch, dev, bool(progress))
         record.setdefault("epoch", int(epoch))
-    keep = {k: v for k, v in record.items() if k not in ("metrics", "num_items", "num_queries",
-                                                          "num_excluded_queries", "embeddings_file")}
+    keep = {
+        k: v
+        for k, v in record.items()
+        if k not in ("metrics", "num_items", "num_queries", "num_excluded_queries", "embeddings_file")
+    }
     keep.setdefault("status", "completed")
     return final_metrics(outdir, cfg, keep)
 
 
-def _embed_test_sets(rundir: RunDir, cfg: dict[str, Any], model_state: dict[str, Any], epoch: int,
-                     device: torch.device, progress: bool) -> None:
+def _embed_test_sets(
+    rundir: RunDir, cfg: dict[str, Any], model_state: dict[str, Any], epoch: int, device: torch.device, progress: bool
+) -> None:
     """The test (and gallery) embedding files of the model with weights `model_state`."""
     model = build_run_model(cfg)
     model.load_state_dict(model_state)
@@ -166,8 +216,14 @@ def _embed_test_sets(rundir: RunDir, cfg: dict[str, Any], model_state: dict[str,
     if gallery_ds is not None:
         sets.append((gallery_ds, rundir.embeddings(gallery=True), cfg["dataset"]["gallery_split"]))
     for ds, path, split in sets:
-        emb, labels, rows = compute_embeddings(model, ds, batch_size=cfg["dataset"]["eval_batch_size"], device=device,
-                                               num_workers=cfg["num_workers"], progress=progress)
+        emb, labels, rows = compute_embeddings(
+            model,
+            ds,
+            batch_size=cfg["dataset"]["eval_batch_size"],
+            device=device,
+            num_workers=cfg["num_workers"],
+            progress=progress,
+        )
         save_embeddings(path, emb, labels, rows, split=split, meta=meta)
 
 
@@ -193,6 +249,8 @@ def _selected_model(rundir: RunDir, cfg: dict[str, Any], record: dict[str, Any])
     if stale:
         rundir.metrics.unlink()
     damaged = f" (unreadable: {'; '.join(unreadable)})" if unreadable else ""
-    raise FileNotFoundError(f"{rundir.root}: no {EMBEDDINGS_FILE} and no final checkpoint{damaged}"
-                            f"{'; its metrics.json removed' if stale else ''}; "
-                            f"run `dmlrepro train {rundir.config} {rundir.root}` first")
+    raise FileNotFoundError(
+        f"{rundir.root}: no {EMBEDDINGS_FILE} and no final checkpoint{damaged}"
+        f"{'; its metrics.json removed' if stale else ''}; "
+        f"run `dmlrepro train {rundir.config} {rundir.root}` first"
+    )

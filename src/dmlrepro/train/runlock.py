@@ -13,13 +13,14 @@ from pathlib import Path
 from .outputs import say as _say
 from .state import LOCK_PID_FILE, RunDir
 
+
 @contextlib.contextmanager
 def _run_lock(outdir: Path):
     """One process at a time per run directory (``<outdir>/.lock``, an ``flock`` the kernel
-    releases when its holder dies, even by SIGKILL). Fault injection (tests/faults) found the
-    case: SIGKILL the Snakemake controller, its train jobs live on as orphans, and the rerun
-    starts a second trainer on the same folder; the two then deleted each other's checkpoint
-    temporaries. Now the second one waits for the first, then finds its finished run."""
+    releases when its holder dies, even by SIGKILL). When the Snakemake controller is killed, its
+    train jobs live on as orphans and a rerun starts a second trainer on the same folder, which
+    would delete the first one's checkpoint temporaries: the second one waits for the first, then
+    finds its finished run."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not POSIX

@@ -71,16 +71,20 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(name)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"run config: device = {name!r}: expected a device that exists (no CUDA GPU is visible); "
-                          f"use 'auto' or 'cpu'")
+        raise ConfigError(
+            f"run config: device = {name!r}: expected a device that exists (no CUDA GPU is visible); "
+            f"use 'auto' or 'cpu'"
+        )
     return dev
 
 
 def run_device(cfg: dict[str, Any]) -> torch.device:
     """The device :func:`resolve_runtime` chose for this run config."""
     if cfg["device"] == "auto":
-        raise ValueError("run config: device = 'auto' is not resolved yet; resolve_runtime(cfg, resolve_device(...)) "
-                         "decides it once per run")
+        raise ValueError(
+            "run config: device = 'auto' is not resolved yet; resolve_runtime(cfg, resolve_device(...)) "
+            "decides it once per run"
+        )
     return torch.device(cfg["device"])
 
 

@@ -23,9 +23,9 @@ def loss_seed(seed: int) -> int:
 
 
 def set_deterministic_algorithms(mode: bool, warn_only: bool) -> None:
-    """``torch.use_deterministic_algorithms`` without its import of the compiler stack (torch._inductor,
-    about 1.5 s per training job on 2 cores): inductor's flag is set only where inductor is loaded, the
-    only place it is read (no run compiles its model)."""
+    """``torch.use_deterministic_algorithms`` without its import of the compiler stack (torch._inductor, a costly
+    import: docs/benchmarks.md#measurements-behind-code-choices-cpu): inductor's flag is set only where
+    inductor is loaded, the only place it is read (no run compiles its model)."""
     torch._C._set_deterministic_algorithms(mode, warn_only=warn_only)
     if "torch._inductor.config" in sys.modules:
         sys.modules["torch._inductor.config"].deterministic = mode
@@ -39,8 +39,13 @@ class DeterminismGuard:
         self.deterministic, self.threads = deterministic, threads
 
     def __enter__(self):
-        self._prev = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-                      torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark, torch.get_num_threads())
+        self._prev = (
+            torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.backends.cudnn.deterministic,
+            torch.backends.cudnn.benchmark,
+            torch.get_num_threads(),
+        )
         if self.deterministic:
             # cuBLAS needs this before its first use to be deterministic (read once per process).
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -65,8 +70,13 @@ def rng_state() -> dict[str, Any]:
     py_version, py_state, py_gauss = random.getstate()
     state = {
         "torch": torch.get_rng_state(),
-        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(key_position),
-                  "has_gauss": int(has_gauss), "cached": float(cached)},
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(key_position),
+            "has_gauss": int(has_gauss),
+            "cached": float(cached),
+        },
         "python": {"version": py_version, "state": list(py_state), "gauss": py_gauss},
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -91,7 +101,10 @@ def restore_cuda_rng(saved: list[torch.Tensor] | None) -> None:
         return
     n = min(len(saved), torch.cuda.device_count())
     if n < len(saved):
-        print(f"dmlrepro train: checkpoint has CUDA RNG states of {len(saved)} GPUs, {n} visible: "
-              f"restoring the first {n}", flush=True)
+        print(
+            f"dmlrepro train: checkpoint has CUDA RNG states of {len(saved)} GPUs, {n} visible: "
+            f"restoring the first {n}",
+            flush=True,
+        )
     for i in range(n):
         torch.cuda.set_rng_state(saved[i], i)

@@ -27,12 +27,24 @@ class Stepper:
     """The step's parts (model, loss, optimizer, label map, ASAP's projections or None), its
     autocast dtype and GradScaler, the clipped parameters and the open window."""
 
-    def __init__(self, cfg: dict, *, model, loss, optimizer, groups: dict[str, list], labelmap, projections,
-                 device: torch.device, amp_dtype: torch.dtype | None):
+    def __init__(
+        self,
+        cfg: dict,
+        *,
+        model,
+        loss,
+        optimizer,
+        groups: dict[str, list],
+        labelmap,
+        projections,
+        device: torch.device,
+        amp_dtype: torch.dtype | None,
+    ):
         self.cfg, self.model, self.loss, self.optimizer = cfg, model, loss, optimizer
         self.labelmap, self.projections, self.device = labelmap, projections, device
-        self.clip_params = [p for g, params in groups.items() if base_group(g) in cfg["grad_clip"]["groups"]
-                            for p in params]
+        self.clip_params = [
+            p for g, params in groups.items() if base_group(g) in cfg["grad_clip"]["groups"] for p in params
+        ]
         self.set_amp(amp_dtype)
 
     def set_amp(self, amp_dtype: torch.dtype | None) -> None:
@@ -54,8 +66,13 @@ class Stepper:
             state.epoch_loss_sum = loss_sum
             return None
         state.void_steps(state.batch - int(batch))  # the bad step and those after it in the window
-        return {"epoch": epoch, "step": state.batch + 1, "global_step": state.global_step + 1,
-                "what": "loss" if kind == 1 else "gradients", "lrs": lrs}
+        return {
+            "epoch": epoch,
+            "step": state.batch + 1,
+            "global_step": state.global_step + 1,
+            "what": "loss" if kind == 1 else "gradients",
+            "lrs": lrs,
+        }
 
     def _flag(self, bad: torch.Tensor, kind: int, batch: int) -> None:
         """Record (kind, batch) on the device if `bad` and no earlier step of the window was."""
@@ -67,7 +84,9 @@ class Stepper:
         """The batch's loss (autocast forward, float32 loss); sample-based ASAP (eq. 4.10) embeds
         the selected samples in the batch's forward pass and hands them to the loss as proxies."""
         dev = self.device
-        anchors = self.projections.anchor_images() if self.projections is not None and self.projections.samples else None
+        anchors = (
+            self.projections.anchor_images() if self.projections is not None and self.projections.samples else None
+        )
         with torch.autocast(dev.type, dtype=self.amp_dtype or torch.float32, enabled=self.amp_dtype is not None):
             if anchors is None:
                 emb = self.model(x)

@@ -44,18 +44,24 @@ class Validation:
     :class:`~dmlrepro.train.embedder.Embedder`, feeds the schedule and acts on its decision
     (best-validation model, ASAP's :class:`~dmlrepro.train.projections.Projections`)."""
 
-    def __init__(self, cfg: dict, dataset, *, model, embedder, rundir: RunDir, steps_per_epoch: int,
-                 projections=None):
+    def __init__(self, cfg: dict, dataset, *, model, embedder, rundir: RunDir, steps_per_epoch: int, projections=None):
         self.cfg, self.ds, self.model, self.embedder, self.rundir = cfg, dataset, model, embedder, rundir
         self.projections = projections
         v, a = cfg["validation"], cfg["asap"]
         asap = a["enabled"]
         patience = v["patience"] if v["patience"] is not None else sys.maxsize
         self.schedule = AlternationSchedule(
-            eval_every=max(steps_per_epoch, 1), projection_patience=a["projection_patience"] if asap else 1,
-            global_patience=patience, min_delta=v["min_delta"], lam=a["lam"] if asap else 0.0,
-            alternate=asap and a["alternate"], lambda_first_projection=a["lambda_first_projection"],
-            anchor=a["anchor"], reset_optimizer=a["reset_optimizer"], max_alternations=a["max_alternations"])
+            eval_every=max(steps_per_epoch, 1),
+            projection_patience=a["projection_patience"] if asap else 1,
+            global_patience=patience,
+            min_delta=v["min_delta"],
+            lam=a["lam"] if asap else 0.0,
+            alternate=asap and a["alternate"],
+            lambda_first_projection=a["lambda_first_projection"],
+            anchor=a["anchor"],
+            reset_optimizer=a["reset_optimizer"],
+            max_alternations=a["max_alternations"],
+        )
         self.metric = v["metric"]
         self.selections: list[dict[str, Any]] = []  # k-Center selections (the initial one and each alternation)
 
@@ -73,7 +79,9 @@ class Validation:
             return None
         decision = self.schedule.observe(step, metrics[self.metric])
         if decision.improved_global and cfg["eval"]["select"] == "best_val":
-            _checkpoint.write_verified(self.rundir.best_model("best_val"), {"epoch": epoch, "model": self.model.state_dict()})
+            _checkpoint.write_verified(
+                self.rundir.best_model("best_val"), {"epoch": epoch, "model": self.model.state_dict()}
+            )
         if self.projections is not None:
             val = {"embeddings": emb, "labels": labels, "rows": rows}
             fields = self.projections.on_evaluation(decision, val)
@@ -93,8 +101,14 @@ class Validation:
             return
         folder = self.rundir.val_embeddings
         folder.mkdir(exist_ok=True)
-        save_embeddings(self.rundir.projection_embeddings(projection), val["embeddings"], val["labels"], val["rows"],
-                        split="validation", meta={"projection": projection})
+        save_embeddings(
+            self.rundir.projection_embeddings(projection),
+            val["embeddings"],
+            val["labels"],
+            val["rows"],
+            split="validation",
+            meta={"projection": projection},
+        )
 
     def record_selection(self, fields: dict[str, Any]) -> None:
         self.selections.append(fields)
@@ -114,15 +128,30 @@ class Validation:
 
     def summary(self) -> dict[str, Any]:
         s = self.schedule
-        return {"metric": self.metric, "best": s.best_global, "best_step": s.best_global_step,
-                "evaluations": s.num_evaluations, "early_stopped": bool(s.evaluations and s.evaluations[-1]["stop"]),
-                "alternations": len(s.alternations)}
+        return {
+            "metric": self.metric,
+            "best": s.best_global,
+            "best_step": s.best_global_step,
+            "evaluations": s.num_evaluations,
+            "early_stopped": bool(s.evaluations and s.evaluations[-1]["stop"]),
+            "alternations": len(s.alternations),
+        }
 
     def write_log(self) -> None:
         s = self.schedule
-        write_json_atomic(self.rundir.validation_log, _finite_or_null({
-            "metric": self.metric, "steps_per_evaluation": s.eval_every, "initial_selection": self.selections,
-            "evaluations": s.evaluations, "projections": s.projections, "alternations": s.alternations}))
+        write_json_atomic(
+            self.rundir.validation_log,
+            _finite_or_null(
+                {
+                    "metric": self.metric,
+                    "steps_per_evaluation": s.eval_every,
+                    "initial_selection": self.selections,
+                    "evaluations": s.evaluations,
+                    "projections": s.projections,
+                    "alternations": s.alternations,
+                }
+            ),
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {"schedule": self.schedule.state_dict(), "selections": [dict(x) for x in self.selections]}

@@ -1,6 +1,6 @@
 """Hyperparameter search over the training engine (docs/tuning.md).
 
-    from dmlrepro.tuning import parse_space, run_search, load_trials, posterior_surface
+from dmlrepro.tuning import parse_space, run_search, load_trials, posterior_surface
 """
 
 from dmlrepro.search_space import Param, parse_space

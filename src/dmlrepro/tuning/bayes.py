@@ -30,8 +30,9 @@ import math
 import os
 import sys
 import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -82,8 +83,11 @@ def fingerprint(base_config: Mapping, space: Sequence[Param], folds: list[int] |
     config counts as a run's identity does (train.config.config_identity: not the data root, device, workers
     or threads), so a search resumes after the data moved."""
     base = config_identity(resolve_run_config(copy.deepcopy(dict(base_config))))
-    text = json.dumps({"base": base, "space": {p.key: p.spec() for p in space}, "folds": folds,
-                       "direction": direction}, sort_keys=True, default=repr)
+    text = json.dumps(
+        {"base": base, "space": {p.key: p.spec() for p in space}, "folds": folds, "direction": direction},
+        sort_keys=True,
+        default=repr,
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -111,7 +115,9 @@ def _search_lock(outdir: Path) -> Iterator[None]:
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise SearchError(f"{outdir}: another process is running this search ({outdir / LOCK_FILE} is locked)") from None
+            raise SearchError(
+                f"{outdir}: another process is running this search ({outdir / LOCK_FILE} is locked)"
+            ) from None
         yield
     finally:
         fh.close()
@@ -130,9 +136,12 @@ def make_sampler(name: str, seed: int, startup_trials: int):
     first ``startup_trials`` trials drawn at random."""
     optuna = _quiet_optuna()
     if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup_trials,
-                                         independent_sampler=optuna.samplers.RandomSampler(seed=seed),
-                                         warn_independent_sampling=False)
+        return optuna.samplers.GPSampler(
+            seed=seed,
+            n_startup_trials=startup_trials,
+            independent_sampler=optuna.samplers.RandomSampler(seed=seed),
+            warn_independent_sampling=False,
+        )
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials, multivariate=True)
     if name == "random":
@@ -151,21 +160,28 @@ def _check_config(base_config: Mapping, space: Sequence[Param], folds: list[int]
     searched key that is not a run-config key (the run-config schema names it)."""
     split = dotted_get(base_config, "validation.split")
     if folds is not None:
-        if not isinstance(folds, (list, tuple)) or not folds or not all(
-                isinstance(f, int) and not isinstance(f, bool) and f >= 0 for f in folds):
+        if (
+            not isinstance(folds, (list, tuple))
+            or not folds
+            or not all(isinstance(f, int) and not isinstance(f, bool) and f >= 0 for f in folds)
+        ):
             raise ValueError(f"folds = {folds!r}: expected a non-empty list of fold numbers (ints >= 0) or null")
         if len(set(folds)) != len(folds):
             raise ValueError(f"folds = {list(folds)!r}: a fold is listed twice")
         if split != "fold":
-            raise ValueError(f"folds = {list(folds)!r} needs the base config's validation.split = 'fold' (it is {split!r})")
+            raise ValueError(
+                f"folds = {list(folds)!r} needs the base config's validation.split = 'fold' (it is {split!r})"
+            )
         n = dotted_get(base_config, "validation.n_folds") or DEFAULTS["validation"]["n_folds"]
         if max(folds) >= n:
             raise ValueError(f"folds = {list(folds)!r}: expected folds < validation.n_folds = {n}")
         if any(p.key == "validation" or p.key.startswith("validation.fold") for p in space):
             raise ValueError("search space: validation.fold is set by `folds`; do not search it")
     elif split is None:
-        raise ValueError("folds = null needs a validation split in the base config (validation.split: fold or holdout): "
-                         "the objective is the run's best validation value")
+        raise ValueError(
+            "folds = null needs a validation split in the base config (validation.split: fold or holdout): "
+            "the objective is the run's best validation value"
+        )
     example = undotted({p.key: p.example() for p in space})
     fold = {"validation": {"fold": folds[0]}} if folds else {}
     resolve_run_config(deep_merge(deep_merge(base_config, example), fold))
@@ -174,9 +190,19 @@ def _check_config(base_config: Mapping, space: Sequence[Param], folds: list[int]
 # ----------------------------------------------------------------------------- the search
 
 
-def run_search(base_config: Mapping, space: Mapping | Sequence[Param], outdir: str | os.PathLike, *, trials: int,
-               folds: list[int] | None = None, seed: int = 0, sampler: str = "gp", direction: str = "maximize",
-               startup_trials: int = 10, progress: bool | None = None) -> dict[str, Any]:
+def run_search(
+    base_config: Mapping,
+    space: Mapping | Sequence[Param],
+    outdir: str | os.PathLike,
+    *,
+    trials: int,
+    folds: list[int] | None = None,
+    seed: int = 0,
+    sampler: str = "gp",
+    direction: str = "maximize",
+    startup_trials: int = 10,
+    progress: bool | None = None,
+) -> dict[str, Any]:
     """Search ``space`` until the study in ``outdir`` holds ``trials`` completed trials; returns
     best.json's content.
 
@@ -221,7 +247,9 @@ def run_search(base_config: Mapping, space: Mapping | Sequence[Param], outdir: s
 
         _write_outputs(study, outdir, params, folds, direction)
         show = sys.stderr.isatty() if progress is None else progress
-        with tqdm(total=trials, initial=min(n_complete(), trials), desc="search", unit="trial", disable=not show) as bar:
+        with tqdm(
+            total=trials, initial=min(n_complete(), trials), desc="search", unit="trial", disable=not show
+        ) as bar:
             while (done := n_complete()) < trials:
                 study.sampler = make_sampler(sampler, _trial_seed(seed, done), startup_trials)
                 trial = study.ask()
@@ -247,17 +275,24 @@ def _check_fingerprint(study, outdir: Path, fp: str, base_config, params, folds,
     if "fingerprint" not in attrs:
         if study.get_trials(deepcopy=False):
             raise SearchError(f"{outdir / STUDY_FILE}: a study without a search fingerprint; use another OUTDIR")
-        study.set_user_attr("search", {"base": base_config, "space": {p.key: p.spec() for p in params},
-                                       "folds": folds, "direction": direction})
+        study.set_user_attr(
+            "search",
+            {"base": base_config, "space": {p.key: p.spec() for p in params}, "folds": folds, "direction": direction},
+        )
         study.set_user_attr("fingerprint", fp)
         return
     if attrs["fingerprint"] != fp:
         old = attrs.get("search", {})
         new = {"base": base_config, "space": {p.key: p.spec() for p in params}, "folds": folds, "direction": direction}
-        differ = [k for k in new if json.dumps(old.get(k), sort_keys=True, default=repr)
-                  != json.dumps(new[k], sort_keys=True, default=repr)] or ["(fingerprint)"]
-        raise SearchError(f"{outdir}: holds another search (its {', '.join(differ)} differ from this call's); "
-                          "use another OUTDIR or the same search config")
+        differ = [
+            k
+            for k in new
+            if json.dumps(old.get(k), sort_keys=True, default=repr) != json.dumps(new[k], sort_keys=True, default=repr)
+        ] or ["(fingerprint)"]
+        raise SearchError(
+            f"{outdir}: holds another search (its {', '.join(differ)} differ from this call's); "
+            "use another OUTDIR or the same search config"
+        )
 
 
 def _requeue_interrupted(study, storage, TrialState) -> None:
@@ -289,7 +324,7 @@ def _evaluate(trial, base_config, params: Sequence[Param], folds, outdir: Path, 
     h = params_hash(values)
     trial_dir = outdir / TRIALS_DIR / h
     fold_values, runs, diverged = [], [], []
-    for fold in (folds if folds is not None else [None]):
+    for fold in folds if folds is not None else [None]:
         config = deep_merge(base_config, undotted(values))
         if fold is not None:
             config = deep_merge(config, {"validation": {"fold": fold}})
@@ -316,21 +351,28 @@ def study_frame(study, params: Sequence[Param], folds: list[int] | None):
     rows = []
     for t in study.get_trials(deepcopy=False):
         values = t.user_attrs.get("params") or _effective(t.params, params)
-        row: dict[str, Any] = {"number": t.number, "state": t.state.name,
-                               "value": t.value if t.state.name == "COMPLETE" else None}
+        row: dict[str, Any] = {
+            "number": t.number,
+            "state": t.state.name,
+            "value": t.value if t.state.name == "COMPLETE" else None,
+        }
         for p in params:
             row[p.key] = values.get(p.key)
             if p.zero:
                 row[p.key + ZERO_SUFFIX] = t.params.get(p.key + ZERO_SUFFIX)
         fold_values = t.user_attrs.get("fold_values") or []
         for i, fold in enumerate(folds if folds is not None else [None]):
-            row["value_" + ("run" if fold is None else f"fold{fold}")] = fold_values[i] if i < len(fold_values) else None
+            row["value_" + ("run" if fold is None else f"fold{fold}")] = (
+                fold_values[i] if i < len(fold_values) else None
+            )
         row["diverged"] = ";".join(str(f) for f in t.user_attrs.get("diverged", []))
         row["hash"] = t.user_attrs.get("hash") or (params_hash(values) if len(values) == len(params) else "")
         row["runs"] = ";".join(t.user_attrs.get("runs", []))
         row["error"] = t.user_attrs.get("error", "")
         rows.append(row)
-    columns = ["number", "state", "value"] + [c for p in params for c in ([p.key] + ([p.key + ZERO_SUFFIX] if p.zero else []))]
+    columns = ["number", "state", "value"] + [
+        c for p in params for c in ([p.key] + ([p.key + ZERO_SUFFIX] if p.zero else []))
+    ]
     return pd.DataFrame(rows, columns=columns + [c for c in (rows[0] if rows else {}) if c not in columns])
 
 
@@ -351,11 +393,18 @@ def _write_outputs(study, outdir: Path, params, folds, direction) -> dict[str, A
     if not complete:
         return None
     best = study.best_trial
-    record = {"params": best.user_attrs["params"], "value": best.value, "trial": best.number,
-              "hash": best.user_attrs["hash"], "runs": best.user_attrs["runs"],
-              "fold_values": best.user_attrs["fold_values"], "n_trials": len(complete),
-              "n_failed": sum(t.state.name == "FAIL" for t in study.get_trials(deepcopy=False)),
-              "direction": direction, "folds": folds}
+    record = {
+        "params": best.user_attrs["params"],
+        "value": best.value,
+        "trial": best.number,
+        "hash": best.user_attrs["hash"],
+        "runs": best.user_attrs["runs"],
+        "fold_values": best.user_attrs["fold_values"],
+        "n_trials": len(complete),
+        "n_failed": sum(t.state.name == "FAIL" for t in study.get_trials(deepcopy=False)),
+        "direction": direction,
+        "folds": folds,
+    }
     write_json_atomic(outdir / BEST_JSON, record)
     return record
 
@@ -418,10 +467,20 @@ def _axis(values: np.ndarray, key: str, log: bool, space) -> tuple[np.ndarray, f
     return out, z
 
 
-def posterior_surface(trials_frame, x_key: str, y_key: str, *, log_x: bool = False, log_y: bool = False,
-                      grid: int = 50, space: Sequence[Param] | Mapping | None = None, noise_level: float = 1e-2,
-                      noise_level_bounds: tuple[float, float] | str = (1e-8, 1.0), n_restarts: int = 5,
-                      random_state: int = 0) -> Surface:
+def posterior_surface(
+    trials_frame,
+    x_key: str,
+    y_key: str,
+    *,
+    log_x: bool = False,
+    log_y: bool = False,
+    grid: int = 50,
+    space: Sequence[Param] | Mapping | None = None,
+    noise_level: float = 1e-2,
+    noise_level_bounds: tuple[float, float] | str = (1e-8, 1.0),
+    n_restarts: int = 5,
+    random_state: int = 0,
+) -> Surface:
     """Fit scikit-learn's GaussianProcessRegressor (Constant × Matern(ν = 5/2, one length scale per
     axis) + WhiteKernel, ``normalize_y``) to the completed trials' (x, y) -> value and evaluate it on
     a ``grid`` × ``grid`` grid spanning the trials (ASAP Fig. 2, "Gaussian Process Regression to
@@ -439,7 +498,9 @@ def posterior_surface(trials_frame, x_key: str, y_key: str, *, log_x: bool = Fal
     frame = trials_frame
     for key in (x_key, y_key):
         if key not in frame.columns:
-            raise ValueError(f"posterior_surface: no column {key!r} in the trials frame (columns: {list(frame.columns)})")
+            raise ValueError(
+                f"posterior_surface: no column {key!r} in the trials frame (columns: {list(frame.columns)})"
+            )
     if "state" in frame.columns:
         frame = frame[frame["state"] == "COMPLETE"]
     frame = frame[np.isfinite(frame["value"].astype(float))]
@@ -454,10 +515,12 @@ def posterior_surface(trials_frame, x_key: str, y_key: str, *, log_x: bool = Fal
     span = np.array([xs.max(), ys.max()]) - lo
     span[span == 0] = 1.0
     points = (np.column_stack([xs, ys]) - lo) / span
-    kernel = (ConstantKernel(1.0, (1e-3, 1e3)) * Matern(length_scale=[0.3, 0.3], length_scale_bounds=(1e-2, 1e2), nu=2.5)
-              + WhiteKernel(noise_level=noise_level, noise_level_bounds=noise_level_bounds))
-    gpr = GaussianProcessRegressor(kernel=kernel, normalize_y=True, n_restarts_optimizer=n_restarts,
-                                   random_state=random_state)
+    kernel = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(
+        length_scale=[0.3, 0.3], length_scale_bounds=(1e-2, 1e2), nu=2.5
+    ) + WhiteKernel(noise_level=noise_level, noise_level_bounds=noise_level_bounds)
+    gpr = GaussianProcessRegressor(
+        kernel=kernel, normalize_y=True, n_restarts_optimizer=n_restarts, random_state=random_state
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # sklearn's ConvergenceWarning at a bound: expected with few trials
         gpr.fit(points, values)

@@ -26,8 +26,16 @@ from dmlrepro.train import load_run_config
 
 from .bayes import DIRECTIONS, SAMPLERS, SearchError, run_search
 
-KEYS = {"base": None, "space": None, "trials": None, "folds": None, "seed": 0, "sampler": "gp",
-        "direction": "maximize", "startup_trials": 10}
+KEYS = {
+    "base": None,
+    "space": None,
+    "trials": None,
+    "folds": None,
+    "seed": 0,
+    "sampler": "gp",
+    "direction": "maximize",
+    "startup_trials": 10,
+}
 REQUIRED = ("base", "space", "trials")
 
 
@@ -59,17 +67,24 @@ def load_search_config(path: str | Path) -> dict[str, Any]:
         try:
             base = load_run_config(base_path)
         except OSError as error:
-            raise SearchConfigError(f"{path}: base = {cfg['base']!r}: cannot read {base_path} ({error.strerror or error})") from None
+            raise SearchConfigError(
+                f"{path}: base = {cfg['base']!r}: cannot read {base_path} ({error.strerror or error})"
+            ) from None
     if not isinstance(base, dict):
-        raise SearchConfigError(f"{path}: base: expected a run-config mapping or the path of a run-config YAML, got {base!r}")
+        raise SearchConfigError(
+            f"{path}: base: expected a run-config mapping or the path of a run-config YAML, got {base!r}"
+        )
     cfg["base"] = base
     for key in ("trials", "seed", "startup_trials"):
         v = cfg[key]
         if not isinstance(v, int) or isinstance(v, bool) or v < (1 if key == "trials" else 0):
             raise SearchConfigError(f"{path}: {key} = {v!r}: expected an integer >= {1 if key == 'trials' else 0}")
     folds = cfg["folds"]
-    if folds is not None and (not isinstance(folds, list) or not folds
-                              or not all(isinstance(f, int) and not isinstance(f, bool) and f >= 0 for f in folds)):
+    if folds is not None and (
+        not isinstance(folds, list)
+        or not folds
+        or not all(isinstance(f, int) and not isinstance(f, bool) and f >= 0 for f in folds)
+    ):
         raise SearchConfigError(f"{path}: folds = {folds!r}: expected a non-empty list of fold numbers or null")
     if cfg["sampler"] not in SAMPLERS:
         raise SearchConfigError(f"{path}: sampler = {cfg['sampler']!r}: expected one of {', '.join(SAMPLERS)}")
@@ -80,9 +95,13 @@ def load_search_config(path: str | Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="dmlrepro tune", description="Bayesian-optimisation search of run-config keys (docs/tuning.md). "
-        "Resumes when run again with the same SEARCH_CONFIG and OUTDIR.")
-    parser.add_argument("search_config", help="YAML: {base, space, trials, folds, seed, sampler, direction, startup_trials}")
+        prog="dmlrepro tune",
+        description="Bayesian-optimisation search of run-config keys (docs/tuning.md). "
+        "Resumes when run again with the same SEARCH_CONFIG and OUTDIR.",
+    )
+    parser.add_argument(
+        "search_config", help="YAML: {base, space, trials, folds, seed, sampler, direction, startup_trials}"
+    )
     parser.add_argument("outdir", help="output folder (study.db, trials/, trials.csv, best.json)")
     parser.add_argument("--trials", type=int, default=None, help="override `trials` (completed trials to reach)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -92,9 +111,18 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_search_config(args.search_config)
         if args.trials is not None:
             cfg["trials"] = args.trials
-        best = run_search(cfg["base"], cfg["space"], args.outdir, trials=cfg["trials"], folds=cfg["folds"],
-                          seed=cfg["seed"], sampler=cfg["sampler"], direction=cfg["direction"],
-                          startup_trials=cfg["startup_trials"], progress=False if args.no_progress else None)
+        best = run_search(
+            cfg["base"],
+            cfg["space"],
+            args.outdir,
+            trials=cfg["trials"],
+            folds=cfg["folds"],
+            seed=cfg["seed"],
+            sampler=cfg["sampler"],
+            direction=cfg["direction"],
+            startup_trials=cfg["startup_trials"],
+            progress=False if args.no_progress else None,
+        )
     except (ValueError, SearchError) as error:  # ConfigError is a ValueError
         print(f"dmlrepro tune: {error}", file=sys.stderr)
         return 2
