@@ -80,7 +80,7 @@ def test_a_run_without_proxies_records_no_proxy_metric():
 
     class Embedder:
         def embed(self, dataset, desc):
-            return np.zeros((4, 8), np.float32), np.array([0, 0, 1, 1]), None
+            raise AssertionError("a run without proxies embeds nothing for its proxy metrics")
 
     loss = build_loss("pfml", 2, 8, proxies_per_class=0)
     cfg = {"eval": {"proxy_metrics": ["w2", "avg_dtp"], "w_power": 2}}

@@ -77,11 +77,11 @@ class TestEvaluation:
 def proxy_metrics(cfg: dict, embedder, train_eval_ds, labelmap, loss) -> dict[str, float]:
     """W₂ (PFML Table 3) and AvgDTP (RSW Table III) of the current proxies against the training
     split, embedded with the eval transform (docs/readings/pfml.md#pfml-r24, RSW-R15)."""
-    emb, labels, _ = embedder.embed(train_eval_ds, desc="embed train")
-    labels = labelmap(torch.as_tensor(labels)).numpy()
     proxies, proxy_labels = (t.cpu().numpy() for t in proxy_points(loss))
     if len(proxies) == 0:  # no proxies (PFML's M = 0 ablation, Fig. 3a): W₂ and AvgDTP are not defined
         return {}
+    emb, labels, _ = embedder.embed(train_eval_ds, desc="embed train")
+    labels = labelmap(torch.as_tensor(labels)).numpy()
     out = {}
     if "w2" in cfg["eval"]["proxy_metrics"]:
         out["w2"] = proxy_data_w2(emb, labels, proxies, proxy_labels, w_power=cfg["eval"]["w_power"])
