@@ -63,11 +63,17 @@ class ResultsLayout:
         return f"{self.results}/experiments/seeds/{experiment}.csv"
 
     def report_section(self, experiment: str) -> str:
-        return f"{self.results}/report/sections/{experiment}"
+        """An experiment's section (section.json, runs.json, figures), outside the report's folder."""
+        return f"{self.results}/sections/{experiment}"
+
+    def report_dir(self) -> str:
+        """The rendered report's folder: index.html, figures/, claims.json, and nothing else (rule
+        report owns it: Snakemake's report carries it whole)."""
+        return f"{self.results}/report"
 
     def report(self, name: str) -> str:
         """A file of the rendered report (index.html, claims.json)."""
-        return f"{self.results}/report/{name}"
+        return f"{self.report_dir()}/{name}"
 
     def standin_dir(self) -> str:
         """The ImageNet stand-in's weights (dmlrepro.standin_recipe)."""

@@ -94,7 +94,7 @@ def sample_run(synth_root, tmp_path_factory):
     cfg = sample_config(synth_root)
     out = tmp_path_factory.mktemp("samples") / "run"
     steps, seen = [], {}
-    orig_init, orig_step = engine._Trainer.__init__, engine._Trainer._step
+    orig_init, orig_step = engine.Trainer.__init__, engine.Trainer.step
 
     def init(self, *a, **k):
         orig_init(self, *a, **k)
@@ -121,8 +121,8 @@ def sample_run(synth_root, tmp_path_factory):
         return what
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(engine._Trainer, "__init__", init)
-    mp.setattr(engine._Trainer, "_step", step)
+    mp.setattr(engine.Trainer, "__init__", init)
+    mp.setattr(engine.Trainer, "step", step)
     try:
         metrics = train_run(cfg, out, progress=False)
     finally:
@@ -349,7 +349,7 @@ def test_trainable_default_keeps_a_proxy_parameter_and_plain_forward(synth_root,
     from dmlrepro.train import engine
 
     seen, calls = {}, []
-    orig, orig_step = engine._Trainer.__init__, engine._Trainer._step
+    orig, orig_step = engine.Trainer.__init__, engine.Trainer.step
 
     def init(self, *a, **k):
         orig(self, *a, **k)
@@ -363,8 +363,8 @@ def test_trainable_default_keeps_a_proxy_parameter_and_plain_forward(synth_root,
         finally:
             del self.model.forward
 
-    monkeypatch.setattr(engine._Trainer, "__init__", init)
-    monkeypatch.setattr(engine._Trainer, "_step", step)
+    monkeypatch.setattr(engine.Trainer, "__init__", init)
+    monkeypatch.setattr(engine.Trainer, "step", step)
     train_run(sample_config(synth_root, proxies="trainable") | {"epochs": 1}, tmp_path / "r", progress=False)
     t = seen["t"]
     assert not t.loss.sample_based and isinstance(t.loss.proxies, torch.nn.Parameter)

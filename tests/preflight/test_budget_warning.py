@@ -1,9 +1,9 @@
 """A training job whose first full epoch projects past its time budget says so in its log
-(dmlrepro.preflight.projection.warn_time_budget, called by the engine after each epoch)."""
+(dmlrepro.budget.warn_time_budget, called by the training loop after each epoch)."""
 
 import pytest
 
-from dmlrepro.preflight.projection import RETRIES_ENV, TIME_LIMIT_ENV
+from dmlrepro.budget import RETRIES_ENV, TIME_LIMIT_ENV
 from dmlrepro.train import train_run
 
 pytestmark = pytest.mark.slow

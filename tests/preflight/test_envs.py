@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-ENVS = {"gpu": REPO / "envs/dmlrepro-gpu.yaml", "cpu": REPO / "envs/dmlrepro-cpu.yaml"}
+ENVS = {"gpu": REPO / "workflow/envs/dmlrepro-gpu.yaml", "cpu": REPO / "workflow/envs/dmlrepro-cpu.yaml"}
 #: pip name -> conda-forge name, where they differ
 CONDA_NAMES = {"torch": "pytorch", "matplotlib": "matplotlib-base"}
 #: run by the Snakemake on the login node, not inside a job's env
@@ -53,7 +53,7 @@ def test_env_installs_no_local_path(flavour):
 
 def test_rules_use_the_envs():
     rules = "\n".join(p.read_text() for p in (REPO / "workflow/rules").glob("*.smk"))
-    used = set(re.findall(r'conda:\s*\n\s*"\.\./\.\./(envs/[^"]+)"', rules))
+    used = set(re.findall(r'conda:\s*\n\s*"\.\./(envs/[^"]+)"', rules))
     assert used == {"envs/dmlrepro-gpu.yaml", "envs/dmlrepro-cpu.yaml"}
 
 

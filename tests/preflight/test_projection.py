@@ -3,9 +3,8 @@ hand-computed values from the formula in docs/preflight.md#projection."""
 
 import pytest
 
+from dmlrepro.budget import RETRIES_ENV, TIME_LIMIT_ENV, warn_time_budget
 from dmlrepro.preflight.projection import (
-    RETRIES_ENV,
-    TIME_LIMIT_ENV,
     RunCost,
     Speed,
     budget_hours,
@@ -15,7 +14,6 @@ from dmlrepro.preflight.projection import (
     split_counts,
     steps_per_epoch,
     summarize,
-    warn_time_budget,
 )
 from dmlrepro.train.config import resolve_run_config
 

@@ -24,16 +24,16 @@ FP16 = dict(amp={"enabled": True, "dtype": "float16"}, loss={"name": "proxy_anch
 
 def _trainer(cfg, outdir):
     from dmlrepro.train.config import resolve_run_config
-    from dmlrepro.train.engine import _stored_yaml, _Trainer
+    from dmlrepro.train.engine import Trainer, _stored_yaml
     from dmlrepro.train.preemption import StopFlag
     from dmlrepro.train.run_data import SeededDataset
     from dmlrepro.train.runtime import resolve_runtime
 
     c = resolve_runtime(resolve_run_config(cfg), torch.device("cpu"))
-    t = _Trainer(c, _stored_yaml(c), outdir, False, StopFlag())
+    t = Trainer(c, _stored_yaml(c), outdir, False, StopFlag())
     t.sampler.set_epoch(1, 0)
     x, y, _ = next(iter(torch.utils.data.DataLoader(SeededDataset(t.train_ds), batch_sampler=t.sampler)))
-    t._open_window()
+    t.open_window()
     return t, x, y
 
 
@@ -47,18 +47,18 @@ def test_fp16_step_skips_on_inf_and_clips_unscaled_gradients(data_root, tmp_path
     assert t.amp_dtype == torch.float16 and t.stepper.scaler.is_enabled()
     for _ in range(10):  # the scaler backs off from 2**16 until the gradients fit float16
         scale = t.stepper.scaler.get_scale()
-        t._step(x, y)
+        t.step(x, y)
         if t.stepper.scaler.get_scale() == scale:
             break
     assert t.stepper.scaler.get_scale() == scale < 2.0**16
     before = _weights(t)
     hook = next(t.model.parameters()).register_hook(lambda g: g * float("inf"))  # force an inf gradient
-    t._step(x, y)
-    assert t._sync(1, {}) is None  # an overflow is the scaler's business, not a divergence
+    t.step(x, y)
+    assert t.sync(1, {}) is None  # an overflow is the scaler's business, not a divergence
     assert all(torch.equal(a, b) for a, b in zip(before, _weights(t)))  # step skipped
     assert t.stepper.scaler.get_scale() == scale * 0.5  # backoff
     hook.remove()
-    t._step(x, y)
+    t.step(x, y)
     assert not all(torch.equal(a, b) for a, b in zip(before, _weights(t)))
     # clipped after unscaling: the largest gradient is the clip value itself, not clip / scale
     grads = torch.cat([p.grad.flatten() for p in t.stepper.clip_params if p.grad is not None])
@@ -71,8 +71,8 @@ def test_bf16_autocast_on_the_cpu(data_root, tmp_path):
     with torch.autocast("cpu", dtype=t.amp_dtype):
         assert t.model(x).dtype == torch.bfloat16
     before = _weights(t)
-    t._step(x, y)
-    assert t._sync(1, {}) is None and not all(torch.equal(a, b) for a, b in zip(before, _weights(t)))
+    t.step(x, y)
+    assert t.sync(1, {}) is None and not all(torch.equal(a, b) for a, b in zip(before, _weights(t)))
 
 
 def _write(tmp_path, cfg):

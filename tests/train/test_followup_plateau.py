@@ -74,15 +74,15 @@ def _train_recording(cfg, out):
     from dmlrepro.train import engine
 
     seen = []
-    original = engine._Trainer._apply_epoch_settings
+    original = engine.Trainer.apply_epoch_settings
 
-    def record(self, epoch):
-        lrs = original(self, epoch)
+    def record(self, epoch, followup_start=None):
+        lrs = original(self, epoch, followup_start)
         seen.append((epoch, self.loss.neg_margin))
         return lrs
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(engine._Trainer, "_apply_epoch_settings", record)
+        mp.setattr(engine.Trainer, "apply_epoch_settings", record)
         metrics = train_run(cfg, out, progress=False)
     return metrics, seen
 

@@ -12,7 +12,7 @@ import torch
 
 from dmlrepro.train import read_checkpoint, resolve_run_config, train_run
 from dmlrepro.train.checkpoint import checkpoint_name
-from dmlrepro.train.engine import _stored_yaml, _Trainer
+from dmlrepro.train.engine import Trainer, _stored_yaml
 from dmlrepro.train.preemption import StopFlag
 from dmlrepro.train.runtime import resolve_runtime
 
@@ -32,20 +32,20 @@ def hist_config(tiny, **overrides):
 
 def test_hgnn_group_follows_the_backbone_lr_times_the_factor(tiny, tmp_path):
     cfg = resolve_runtime(resolve_run_config(hist_config(tiny)), torch.device("cpu"))
-    t = _Trainer(cfg, _stored_yaml(cfg), tmp_path, False, StopFlag())
+    t = Trainer(cfg, _stored_yaml(cfg), tmp_path, False, StopFlag())
     groups = {g["name"]: g for g in t.optimizer.param_groups}
     assert set(groups) == {"backbone", "head", "loss", "loss.hgnn"}
     assert {id(p) for p in groups["loss.hgnn"]["params"]} == {id(p) for p in t.loss.hgnn.parameters()}
     assert {id(p) for p in groups["loss"]["params"]} == {id(t.loss.means), id(t.loss.log_vars)}
     for epoch, factor in [(1, 1.0), (2, 1.0), (3, 0.5)]:
-        lrs = t._apply_epoch_settings(epoch)
+        lrs = t.apply_epoch_settings(epoch)
         assert lrs == {
             "backbone": 0.02 * factor,
             "head": 0.01 * factor,
             "loss": 1.0 * factor,
             "loss.hgnn": 0.02 * 5.0 * factor,
         }
-    t._apply_epoch_settings(1)
+    t.apply_epoch_settings(1)
     t.model.train()
     t.loss.train()
     t.sampler.set_epoch(1, 0)
@@ -53,7 +53,7 @@ def test_hgnn_group_follows_the_backbone_lr_times_the_factor(tiny, tmp_path):
 
     x, y, _ = next(iter(torch.utils.data.DataLoader(SeededDataset(t.train_ds), batch_sampler=t.sampler)))
     before = [p.detach().clone() for p in t.loss.hgnn.parameters()]
-    assert t._step(x, y) is None
+    assert t.step(x, y) is None
     for p, b in zip(t.loss.hgnn.parameters(), before):  # plain SGD at 0.1 on the HGNN, by hand
         assert torch.allclose(b - p.detach(), 0.1 * p.grad, rtol=1e-4, atol=1e-7)
 

@@ -15,7 +15,7 @@ from torch import nn
 
 from dmlrepro.train import read_checkpoint, resolve_run_config, train_run
 from dmlrepro.train.checkpoint import checkpoint_name
-from dmlrepro.train.engine import _stored_yaml, _Trainer
+from dmlrepro.train.engine import Trainer, _stored_yaml
 from dmlrepro.train.model_and_loss import build_run_model
 from dmlrepro.train.optim import group_lrs
 from dmlrepro.train.preemption import StopFlag
@@ -23,12 +23,12 @@ from dmlrepro.train.runtime import resolve_runtime
 from dmlrepro.train.seeding import seed_everything
 
 
-def _trainer(cfg: dict, tmp_path: Path) -> _Trainer:
+def _trainer(cfg: dict, tmp_path: Path) -> Trainer:
     cfg = resolve_runtime(resolve_run_config(cfg), torch.device("cpu"))
-    return _Trainer(cfg, _stored_yaml(cfg), tmp_path, False, StopFlag())
+    return Trainer(cfg, _stored_yaml(cfg), tmp_path, False, StopFlag())
 
 
-def _first_batch(t: _Trainer, epoch: int = 1):
+def _first_batch(t: Trainer, epoch: int = 1):
     t.sampler.set_epoch(epoch, 0)
     from dmlrepro.train.run_data import SeededDataset
 
@@ -45,10 +45,10 @@ def test_groups_get_lr_times_multiplier_in_an_sgd_step(tiny, tmp_path):
     # proxies are exactly the loss group; backbone = the trunk
     assert [id(p) for p in names["loss"]["params"]] == [id(p) for p in t.loss.parameters()]
     assert {id(p) for p in names["backbone"]["params"]} == {id(p) for p in t.model.backbone.parameters()}
-    t._apply_epoch_settings(1)
+    t.apply_epoch_settings(1)
     t.model.train()
     before = {id(p): p.detach().clone() for g in t.optimizer.param_groups for p in g["params"]}
-    assert t._step(*_first_batch(t)) is None
+    assert t.step(*_first_batch(t)) is None
     for g in t.optimizer.param_groups:
         for p in g["params"]:
             step = before[id(p)].double() - p.detach().double()
@@ -92,13 +92,13 @@ def test_followup_switches_loss_attributes_and_lrs(tiny, tmp_path):
     )
     t = _trainer(cfg, tmp_path)
     assert t.optimizer.defaults["eps"] == 1.0
-    lrs2 = t._apply_epoch_settings(2)
+    lrs2 = t.apply_epoch_settings(2)
     assert (t.loss.alpha, t.loss.k1, t.loss.k2, t.loss.scale) == (28.4, 0.93, 1.15, 4.5)
     assert lrs2 == {"backbone": 0.01, "head": 0.01, "loss": 1.0}
-    lrs3 = t._apply_epoch_settings(3)
+    lrs3 = t.apply_epoch_settings(3)
     assert (t.loss.alpha, t.loss.k1, t.loss.k2, t.loss.scale) == (24.68, 0.95, 1.2, 1.0)
     assert lrs3 == {"backbone": 0.001, "head": 0.001, "loss": 0.0005}
-    t._apply_epoch_settings(1)  # resuming in phase 1 restores the phase-1 values
+    t.apply_epoch_settings(1)  # resuming in phase 1 restores the phase-1 values
     assert (t.loss.alpha, t.loss.scale) == (28.4, 4.5)
     res = train_run(cfg, tmp_path / "run", progress=False)
     assert res["status"] == "completed"
@@ -112,9 +112,9 @@ def test_grad_clip_by_value_only_on_chosen_groups(tiny, tmp_path):
     t = _trainer(
         tiny(optimizer={"name": "sgd", "lr": 1.0}, grad_clip={"value": 1e-5, "groups": ["backbone", "head"]}), tmp_path
     )
-    t._apply_epoch_settings(1)
+    t.apply_epoch_settings(1)
     t.model.train()
-    assert t._step(*_first_batch(t)) is None
+    assert t.step(*_first_batch(t)) is None
     for p in t.model.parameters():
         assert p.grad.abs().max() <= 1e-5
     assert max(p.grad.abs().max() for p in t.loss.parameters()) > 1e-5  # not clipped

@@ -20,7 +20,9 @@ from dmlrepro.runs import run_id_for
 from dmlrepro.train import engine
 from dmlrepro.train.config import config_identity, resolve_run_config
 from dmlrepro.train.preemption import RunInterrupted, StopFlag
+from dmlrepro.train.runlock import lock_file, run_lock
 from dmlrepro.train.runtime import available_cpus, resolve_runtime
+from dmlrepro.train.state import RunDir
 from dmlrepro.train.stepper import all_finite
 
 from .conftest import tiny_config
@@ -186,8 +188,8 @@ def _no_flock(monkeypatch, code=errno.ENOLCK):
 
 def test_run_lock_falls_back_to_a_lock_file(monkeypatch, tmp_path, capsys):
     _no_flock(monkeypatch)
-    lock = tmp_path / engine._LOCK_FILE
-    with engine._run_lock(tmp_path):
+    lock = RunDir(tmp_path).lock_pid
+    with run_lock(tmp_path):
         assert lock.read_text().split() == [str(os.getpid()), socket.gethostname()]
     assert not lock.exists()
     assert "flock is not supported" in capsys.readouterr().out
@@ -197,18 +199,18 @@ def test_stale_lock_file_of_a_dead_process_is_taken_over(monkeypatch, tmp_path):
     _no_flock(monkeypatch, errno.EOPNOTSUPP)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    lock = tmp_path / engine._LOCK_FILE
+    lock = RunDir(tmp_path).lock_pid
     lock.write_text(f"{dead.pid} {socket.gethostname()}\n")
-    with engine._run_lock(tmp_path):
+    with run_lock(tmp_path):
         assert lock.read_text().split()[0] == str(os.getpid())
 
 
 def test_lock_file_of_a_live_process_is_waited_for(tmp_path):
-    lock = tmp_path / engine._LOCK_FILE
+    lock = RunDir(tmp_path).lock_pid
     lock.write_text(f"{os.getpid()} {socket.gethostname()}\n")  # a live holder
     threading.Timer(0.3, lock.unlink).start()
     t0 = time.monotonic()
-    with engine._lock_file(lock, poll=0.05):
+    with lock_file(lock, poll=0.05):
         assert time.monotonic() - t0 >= 0.3
         assert lock.exists()
 
@@ -216,7 +218,7 @@ def test_lock_file_of_a_live_process_is_waited_for(tmp_path):
 def test_other_flock_errors_are_not_hidden(monkeypatch, tmp_path):
     _no_flock(monkeypatch, errno.EIO)
     with pytest.raises(OSError, match="Input/output"):
-        with engine._run_lock(tmp_path):
+        with run_lock(tmp_path):
             pass
 
 

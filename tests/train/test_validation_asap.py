@@ -129,17 +129,17 @@ def test_fold_training_is_class_disjoint(synth_root, scheme, fold):
 
 
 def capture_trainer(monkeypatch) -> dict:
-    """A dict whose "t" is, after train_run, the engine's _Trainer (its datasets, loss, regulariser)."""
+    """A dict whose "t" is, after train_run, the engine's Trainer (its datasets, loss, regulariser)."""
     from dmlrepro.train import engine
 
     seen = {}
-    original = engine._Trainer.__init__
+    original = engine.Trainer.__init__
 
     def spy(self, *a, **k):
         original(self, *a, **k)
         seen["t"] = self
 
-    monkeypatch.setattr(engine._Trainer, "__init__", spy)
+    monkeypatch.setattr(engine.Trainer, "__init__", spy)
     return seen
 
 

@@ -316,18 +316,18 @@ def test_rsw_kinds_corruptions_and_per_epoch_avg_dtp(finished):
     with open(finished / "results/experiments/rsw_table4.csv") as handle:
         (row,) = list(csv.DictReader(handle))
     assert 0.0 <= float(row["recall@1@gaussian_3_mean"]) <= 1.0
-    curves = json.loads((finished / "results/report/sections/rsw_curves/section.json").read_text())
+    curves = json.loads((finished / "results/sections/rsw_curves/section.json").read_text())
     (figure,) = curves["figures"]
-    assert (finished / "results/report/sections/rsw_curves" / figure["file"]).is_file()
+    assert (finished / "results/sections/rsw_curves" / figure["file"]).is_file()
     assert len(curves["runs"]) == 2  # seeds 0 and 1
     for run in curves["runs"]:
         with open(finished / "results/runs" / run / "train_log.csv") as handle:
             log = list(csv.DictReader(handle))
         assert [r["epoch"] for r in log] == ["0", "1", "2"] and all(float(r["avg_dtp"]) > 0 for r in log)
     for name in ("rsw_heatmap", "rsw_landscape", "rsw_embedding"):
-        section = json.loads((finished / f"results/report/sections/{name}/section.json").read_text())
+        section = json.loads((finished / f"results/sections/{name}/section.json").read_text())
         assert len(section["figures"]) == 1, name
-    table = json.loads((finished / "results/report/sections/rsw_table4/section.json").read_text())["table"]
+    table = json.loads((finished / "results/sections/rsw_table4/section.json").read_text())["table"]
     ours = [r for r in table["rows"] if r["source"] == "ours"]
     assert [c["paper"] for c in ours[0]["cells"]] == [72.5, 57.7]  # Table IV, Warped Softmax
 
@@ -486,7 +486,7 @@ def test_lint_and_format():
     )
     assert lint.returncode == 0 and "Congratulations" in lint.stdout + lint.stderr, lint.stdout + lint.stderr
     snakefmt = shutil.which("snakefmt", path=str(SNAKEMAKE.parent))
-    fmt = subprocess.run([snakefmt, "--check", "Snakefile", "workflow/rules"], cwd=REPO, capture_output=True, text=True)
+    fmt = subprocess.run([snakefmt, "--check", "Snakefile", "workflow"], cwd=REPO, capture_output=True, text=True)
     assert fmt.returncode == 0, fmt.stderr
 
 

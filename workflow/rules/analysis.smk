@@ -12,7 +12,7 @@ rule aggregate:
     # as soon as an experiment's runs are done, between training jobs (docs/workflow.md#scheduling)
     priority: 5
     conda:
-        "../../envs/dmlrepro-cpu.yaml"
+        "../envs/dmlrepro-cpu.yaml"
     params:
         records=experiment_records,
         metrics=lambda wildcards: TABLE.experiment(wildcards.experiment)["metrics"],
@@ -38,7 +38,7 @@ rule report_section:
         LAYOUT.log("report_section", "{experiment}"),
     priority: 5  # as rule aggregate's
     conda:
-        "../../envs/dmlrepro-cpu.yaml"
+        "../envs/dmlrepro-cpu.yaml"
     params:
         experiment=lambda wildcards: canonical(TABLE.experiment(wildcards.experiment)),
         runs=section_runs,
@@ -64,12 +64,20 @@ rule report:
             else []
         ),
     output:
+        # the report's folder (index.html, figures/, claims.json): `snakemake --report report.zip`
+        # carries it whole beside Snakemake's own pages (docs/workflow.md#snakemakes-report)
+        folder=report(
+            directory(LAYOUT.report_dir()),
+            htmlindex="index.html",
+            category="Report",
+            caption="../report/report.rst",
+        ),
         html=LAYOUT.report("index.html"),
         claims=LAYOUT.report("claims.json"),  # the Claims section's verdicts and checks (docs/report.md#claimsjson)
     log:
         LAYOUT.log("report"),
     conda:
-        "../../envs/dmlrepro-cpu.yaml"
+        "../envs/dmlrepro-cpu.yaml"
     params:
         experiments=EXPERIMENTS,  # the sections' order
         title=config["title"],

@@ -23,7 +23,7 @@ for name, experiment in config["experiments"].items():
 # the report's Claims section (config `claims`): the catalogue's cells at this config's scale
 CLAIMS = None
 if "claims" in config:
-    CLAIMS = f"{workflow.basedir}/{config['claims']['catalogue']}"
+    CLAIMS = f"{CHECKOUT}/{config['claims']['catalogue']}"
     validate(read_catalogue(CLAIMS), "../schemas/claims.schema.yaml")
     check_claims(load_catalogue(CLAIMS), config, config["claims"]["scale"])
 
@@ -196,8 +196,8 @@ def experiment_records(wildcards):
     ]
 
 
-REPORTED = f"{workflow.basedir}/config/reported"
-TEMPLATES = f"{workflow.basedir}/reports/templates"
+REPORTED = f"{CHECKOUT}/config/reported"
+TEMPLATES = f"{CHECKOUT}/reports/templates"
 
 
 def reported_table(experiment):

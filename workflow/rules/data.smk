@@ -4,7 +4,7 @@ rule prepare_dataset:
     log:
         LAYOUT.log("prepare_dataset", "{dataset}"),
     conda:
-        "../../envs/dmlrepro-cpu.yaml"
+        "../envs/dmlrepro-cpu.yaml"
     params:
         root=lambda wildcards, output: Path(output.manifest).parent.parent,
         options=dataset_params,
@@ -22,7 +22,7 @@ rule label_noise:
     log:
         LAYOUT.log("label_noise", "{dataset}_rate{rate}_seed{seed}_{mode}"),
     conda:
-        "../../envs/dmlrepro-cpu.yaml"
+        "../envs/dmlrepro-cpu.yaml"
     message:
         "Corrupting {wildcards.rate} of the {wildcards.dataset} training labels (seed {wildcards.seed})"
     script:

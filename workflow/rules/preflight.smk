@@ -16,7 +16,7 @@ rule preflight:
     log:
         LAYOUT.log("preflight"),
     conda:
-        "../../envs/dmlrepro-gpu.yaml"
+        "../envs/dmlrepro-gpu.yaml"
     threads: PREFLIGHT["cpus"]
     resources:
         runtime=PREFLIGHT["runtime"],

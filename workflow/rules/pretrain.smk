@@ -16,7 +16,7 @@ rule pretrain_standin:
     # first when it is ready: every fine-tuning run waits for it (docs/workflow.md#scheduling)
     priority: 10
     conda:
-        "../../envs/dmlrepro-gpu.yaml"
+        "../envs/dmlrepro-gpu.yaml"
     threads: 2  # pretraining always runs 2 torch threads: the weights depend on it (docs/miniature.md)
     params:
         recipe=lambda wildcards: canonical(STANDIN_RECIPES[wildcards.standin]),

@@ -8,7 +8,7 @@ rule train:
     log:
         LAYOUT.log("train", "{run}"),
     conda:
-        "../../envs/dmlrepro-gpu.yaml"
+        "../envs/dmlrepro-gpu.yaml"
     threads: train_resource("cpus")  # sbatch --cpus-per-task; the run's CPU budget
     resources:
         runtime=train_resource("runtime"),
@@ -37,7 +37,7 @@ checkpoint search:
     log:
         LAYOUT.log("search", "{search}"),
     conda:
-        "../../envs/dmlrepro-gpu.yaml"
+        "../envs/dmlrepro-gpu.yaml"
     threads: train_resource("cpus")  # sbatch --cpus-per-task; the run's CPU budget
     resources:
         runtime=train_resource("runtime"),
@@ -65,7 +65,7 @@ checkpoint final_epochs:
     log:
         LAYOUT.log("final_epochs", "{experiment}/{search}"),
     conda:
-        "../../envs/dmlrepro-cpu.yaml"
+        "../envs/dmlrepro-cpu.yaml"
     params:
         multiple=lambda wildcards: TABLE.experiment(wildcards.experiment)["final"][
             "round_epochs"

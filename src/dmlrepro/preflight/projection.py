@@ -1,6 +1,7 @@
 """What a reproduction will cost: each run's hours from its shape's measured speed, compared with
-the time SLURM gives it, summed per experiment and in total; and the same check inside a training
-job after its first full epoch (:func:`warn_time_budget`).
+the time SLURM gives it, summed per experiment and in total; and what a training job adds to its
+environment for the same check inside the job after its first full epoch (:func:`job_budget_env`;
+the check is :func:`dmlrepro.budget.warn_time_budget`).
 
 A run's hours (docs/preflight.md#projection)::
 
@@ -39,11 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dmlrepro.budget import TIME_LIMIT_ENV
 from dmlrepro.job_requests import train_request
 
-#: the environment of a training job that knows its time budget (set by the workflow, docs/preflight.md)
-TIME_LIMIT_ENV = "DMLREPRO_TIME_LIMIT_MINUTES"
-RETRIES_ENV = "DMLREPRO_RETRIES"
 #: rule train's built-in runtime request (minutes) under resources.train.default / <dataset>
 
 
@@ -270,31 +269,3 @@ def job_budget_env(runtime_minutes: int | float, environ: Mapping[str, str] = os
     """What a training job adds to its environment so that the engine can check its speed: its
     time limit, only inside a SLURM job (a local run has no limit)."""
     return {TIME_LIMIT_ENV: str(runtime_minutes)} if environ.get("SLURM_JOB_ID") else {}
-
-
-def warn_time_budget(
-    cfg: Mapping[str, Any],
-    epoch: int,
-    epoch_seconds: float,
-    say: Callable[[str], None],
-    environ: Mapping[str, str] = os.environ,
-) -> str | None:
-    """After the run's first full-training epoch (the first after the warm-up), say at once when
-    ``epochs`` such epochs (``epoch_seconds``: that epoch's wall time, evaluations included) cannot
-    finish within the job's time limit × (retries + 1); returns the message (None: fits or unknown)."""
-    if epoch != cfg["warmup_epochs"] + 1 or not environ.get(TIME_LIMIT_ENV):
-        return None
-    limit_minutes = float(environ[TIME_LIMIT_ENV])
-    retries = int(environ.get(RETRIES_ENV) or 0)
-    projected = cfg["epochs"] * epoch_seconds / 3600.0
-    budget = limit_minutes * (retries + 1) / 60.0
-    if projected <= budget:
-        return None
-    message = (
-        f"warning: epoch {epoch} took {epoch_seconds:.0f} s: {cfg['epochs']} epochs project to "
-        f"{projected:.2f} h, past the job's time limit {limit_minutes:g} min × (retries {retries} + 1) = "
-        f"{budget:.2f} h; this run cannot finish: raise resources.train runtime or retries "
-        f"(docs/preflight.md)"
-    )
-    say(message)
-    return message

@@ -7,10 +7,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dmlrepro.budget import RETRIES_ENV
 from dmlrepro.data.benchmarks import BENCHMARKS
 from dmlrepro.job_requests import train_request
-
-from .projection import RETRIES_ENV
 
 #: under the config's `results` folder
 PREFLIGHT_JSON = "preflight/preflight.json"
@@ -29,7 +28,7 @@ __all__ = [
 
 def put_on_pythonpath(folder: str) -> None:
     """``folder`` first on this process's PYTHONPATH (once), which every job it starts inherits: the
-    Snakefile puts the checkout's src/ there, so that jobs in the conda envs of envs/, which list
+    Snakefile puts the checkout's src/ there, so that jobs in the conda envs of workflow/envs/, which list
     dmlrepro's dependencies but not dmlrepro, import the checkout's (docs/preflight.md#conda)."""
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if folder not in paths:

@@ -266,7 +266,7 @@ def embedding_panel(run: Mapping, methods: Mapping[str, str]) -> dict:
     with np.load(rundir.final_proxies) as saved:
         proxies, proxy_labels = saved["proxies"], saved["labels"]
     return {
-        "title": f"{methods.get(run['method'], run['method'])} ({run['run_id']})",
+        "title": f"{methods.get(run['method'], run['method'])}\n{run['run_id']}",  # two lines: side-by-side panels
         "embeddings": found.embeddings,
         "labels": found.labels,
         "proxies": proxies,

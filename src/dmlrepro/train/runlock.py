@@ -15,7 +15,7 @@ from .state import LOCK_PID_FILE, RunDir
 
 
 @contextlib.contextmanager
-def _run_lock(outdir: Path):
+def run_lock(outdir: Path):
     """One process at a time per run directory (``<outdir>/.lock``, an ``flock`` the kernel
     releases when its holder dies, even by SIGKILL). When the Snakemake controller is killed, its
     train jobs live on as orphans and a rerun starts a second trainer on the same folder, which
@@ -37,8 +37,8 @@ def _run_lock(outdir: Path):
         except OSError as error:
             if error.errno not in _NO_FLOCK:
                 raise
-            _say(f"{outdir}: flock is not supported here ({error.strerror}); using the lock file {_LOCK_FILE}")
-            with _lock_file(outdir / _LOCK_FILE):
+            _say(f"{outdir}: flock is not supported here ({error.strerror}); using the lock file {LOCK_PID_FILE}")
+            with lock_file(RunDir(outdir).lock_pid):
                 yield
             return
         os.ftruncate(fd, 0)
@@ -50,11 +50,10 @@ def _run_lock(outdir: Path):
 
 #: flock errors of filesystems without flock support (Lustre without ``-o flock``, some NFS)
 _NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
-_LOCK_FILE = LOCK_PID_FILE
 
 
 @contextlib.contextmanager
-def _lock_file(path: Path, poll: float = 5.0):
+def lock_file(path: Path, poll: float = 5.0):
     """An exclusive lock file (``O_CREAT | O_EXCL``) holding ``pid host``, removed on exit. A file
     left by a dead process of this host is stale and taken over; one of another host (whose pids
     cannot be checked from here) is waited for: delete it by hand if that host is gone."""
