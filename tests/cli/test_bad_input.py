@@ -20,7 +20,6 @@ import io
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -620,8 +619,6 @@ ROWS = [
     ),
 ]
 
-TIME_LIMIT = {"snakemake": 40.0}  # seconds per row; 15 elsewhere
-
 
 def _run_dmlrepro(argv: list[str]) -> tuple[int, str]:
     out = io.StringIO()
@@ -662,9 +659,7 @@ def test_bad_input(row: Row, tmp_path, server):
     ctx = Ctx(tmp_path, server)
     made = row.make(ctx)
     outdir_before = Path(ctx.out).exists()
-    start = time.monotonic()
     code, output = _run_snakemake(ctx, made) if row.entry == "snakemake" else _run_dmlrepro(made)
-    elapsed = time.monotonic() - start
     assert code not in (0, None), f"exit 0 for a bad input:\n{output[-2000:]}"
     if row.entry == "snakemake":
         assert re.search(row.message, output), f"message does not match {row.message!r}:\n{output[-2000:]}"
@@ -680,7 +675,6 @@ def test_bad_input(row: Row, tmp_path, server):
         assert Path(ctx.out).exists() == outdir_before, "a failed start left its run folder (config.yaml, .lock)"
     assert not (tmp_path / "tmp/results").exists()
     assert len(server.requests) <= row.downloads, server.requests
-    assert elapsed < TIME_LIMIT.get(row.entry, 15.0), f"{elapsed:.1f} s"
 
 
 #: how docs/bad-input.md names each entry point
