@@ -19,8 +19,8 @@ Cases, each compared with an anchor measured in the same process:
 * ``loader_rebuilt`` (anchor) and ``loader_persistent`` — median seconds per epoch over
   ``--loader-epochs`` epochs, each one training epoch plus one evaluation pass over the training
   images (eval transform), with the DataLoaders built anew for every epoch and every evaluation (the
-  engine before its loaders were built once per run) or the engine's own: ``Trainer.epoch_loader``
-  and ``Trainer.embedder``, built once per run with persistent workers; ratio to the rebuilt ones;
+  engine before its loaders were built once per run) or the engine's own: ``RunParts.epoch_loader``
+  and ``RunParts.embedder``, built once per run with persistent workers; ratio to the rebuilt ones;
 * every case: peak memory, ``torch.cuda.max_memory_allocated`` on a GPU (peak process RSS on CPU).
 
 Settings: the paper config's Cars-196 run (config/paper.yaml: Adam lr 1e-4, proxies x100, wd 1e-4,
@@ -157,18 +157,19 @@ def build_trainer(cfg: dict, outdir: Path) -> Trainer:
 def real_batches(trainer: Trainer):
     epoch = 1
     while True:
-        for x, y, _ in trainer.epoch_loader(epoch):
+        for x, y, _ in trainer.parts.epoch_loader(epoch):
             yield x, y
         epoch += 1
 
 
 def synthetic_batch(trainer: Trainer):
     """Random normalised-range images on the device, labels of the sampler's first batch."""
-    idx = trainer.sampler.inner.epoch_batches(0)[0]
-    y = torch.as_tensor(np.asarray(trainer.train_ds.labels)[idx], dtype=torch.long, device=trainer.device)
-    g = torch.Generator(device=trainer.device).manual_seed(0)
-    size = trainer.cfg["dataset"]["image_size"]
-    x = torch.randn(len(idx), 3, size, size, generator=g, device=trainer.device)
+    parts = trainer.parts
+    idx = parts.sampler.inner.epoch_batches(0)[0]
+    y = torch.as_tensor(np.asarray(parts.train_ds.labels)[idx], dtype=torch.long, device=parts.device)
+    g = torch.Generator(device=parts.device).manual_seed(0)
+    size = parts.cfg["dataset"]["image_size"]
+    x = torch.randn(len(idx), 3, size, size, generator=g, device=parts.device)
     return x, y
 
 
@@ -224,7 +225,7 @@ class PeakMemory:
 
 
 def release(trainer) -> None:
-    trainer.close()  # the loaders' persistent workers
+    trainer.parts.close()  # the loaders' persistent workers
     del trainer
     import gc
 
@@ -288,7 +289,7 @@ def bench_epoch(args, root: Path, tmp: Path, method: str, m: int | None) -> dict
         for _ in range(args.warmup_steps):  # kernels, cuDNN, PFML's first neighbour-list build
             step(trainer, x, y, bad)
         sync(device)
-        loader = trainer.epoch_loader(1)
+        loader = trainer.parts.epoch_loader(1)
         t0 = time.perf_counter()  # as the engine: after building the loader, workers start inside
         steps = images = 0
         for xb, yb, _ in loader:
@@ -317,15 +318,16 @@ def bench_epoch(args, root: Path, tmp: Path, method: str, m: int | None) -> dict
 
 def rebuilt_loader(trainer: Trainer, epoch: int) -> torch.utils.data.DataLoader:
     """The training DataLoader as the engine built it for every epoch before it was built once per run."""
-    trainer.sampler.set_epoch(epoch)
-    nw = trainer.cfg["num_workers"]
+    parts = trainer.parts
+    parts.sampler.set_epoch(epoch)
+    nw = parts.cfg["num_workers"]
     return torch.utils.data.DataLoader(
-        SeededDataset(trainer.train_ds),
-        batch_sampler=trainer.sampler,
+        SeededDataset(parts.train_ds),
+        batch_sampler=parts.sampler,
         num_workers=nw,
         worker_init_fn=worker_init if nw else None,
-        generator=loader_generator(trainer.cfg["seed"], epoch, 1),
-        pin_memory=trainer.device.type == "cuda",
+        generator=loader_generator(parts.cfg["seed"], epoch, 1),
+        pin_memory=parts.device.type == "cuda",
     )
 
 
@@ -341,21 +343,21 @@ def bench_loader(args, root: Path, tmp: Path, mode: str) -> dict:
         x, y = synthetic_batch(trainer)
         for _ in range(args.warmup_steps):
             step(trainer, x, y, bad)
-        eval_ds = trainer.train_eval_ds()
+        eval_ds = trainer.parts.train_eval_ds()
         times, steps, images = [], 0, 0
         for epoch in range(1, args.loader_epochs + 1):
             sync(device)
             t0 = time.perf_counter()
-            loader = trainer.epoch_loader(epoch) if mode == "persistent" else rebuilt_loader(trainer, epoch)
+            loader = trainer.parts.epoch_loader(epoch) if mode == "persistent" else rebuilt_loader(trainer, epoch)
             for xb, yb, _ in loader:
                 step(trainer, xb, yb, bad)
                 steps += 1
                 images += len(xb)
             if mode == "persistent":
-                trainer.embedder.embed(eval_ds)
+                trainer.parts.embedder.embed(eval_ds)
             else:
                 compute_embeddings(
-                    trainer.model,
+                    trainer.parts.model,
                     eval_ds,
                     batch_size=cfg["dataset"]["eval_batch_size"],
                     device=device,

@@ -65,3 +65,24 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if call.when == "setup" and call.excinfo is not None and call.excinfo.errisinstance(MissingComponent):
         report.when = "call"
+
+
+# -- parallel runs (pytest-xdist: `pytest -n auto`, docs/testing.md#parallel-runs) -------------------
+def xdist_scope(nodeid: str) -> str:
+    """The unit a worker takes whole: the test's module (its module fixtures then run once), or
+    "slurm" for every test file named *slurm* (they share the one-node cluster: one after another)."""
+    module = nodeid.split("::", 1)[0]
+    return "slurm" if "slurm" in module.rsplit("/", 1)[-1] else module
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: unknown where it is not installed
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scope scheduler with :func:`xdist_scope` (its `--dist loadgroup` marks do not reach the
+    scheduler under pytest 9.2: pytest-xdist issue #1386)."""
+    from xdist.scheduler import LoadScopeScheduling  # noqa: PLC0415 (only under -n)
+
+    class ModulesAndCluster(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return ModulesAndCluster(config, log)

@@ -88,7 +88,8 @@ def sample_config(root, proxies="samples", **asap) -> dict:
 
 @pytest.fixture(scope="module")
 def sample_run(synth_root, tmp_path_factory):
-    """The run, with each optimizer step's inputs, θ before it, the engine's loss value and gradients."""
+    """The run, with each optimizer step's inputs, θ before it, the engine's loss value and gradients,
+    and the trainer's parts (``Trainer.parts``: datasets, loss, optimizer, projections)."""
     from dmlrepro.train import engine
 
     cfg = sample_config(synth_root)
@@ -101,21 +102,21 @@ def sample_run(synth_root, tmp_path_factory):
         seen["t"] = self
 
     def step(self, x, y):
-        before = copy.deepcopy(self.model.state_dict())
-        loss_before = float(self.stepper._loss_sum)  # the epoch's loss sum, kept on the device between host syncs
-        indices = self.projections.indices.clone()
+        before = copy.deepcopy(self.parts.model.state_dict())
+        loss_before = float(self.parts.stepper._loss_sum)  # the epoch's loss sum, kept on the device between host syncs
+        indices = self.parts.projections.indices.clone()
         what = orig_step(self, x, y)
         steps.append(
             {
                 "x": x.clone(),
-                "y": self.labelmap(y.clone()),
+                "y": self.parts.labelmap(y.clone()),
                 "theta": before,
                 "indices": indices,
-                "value": float(self.stepper._loss_sum) - loss_before,
+                "value": float(self.parts.stepper._loss_sum) - loss_before,
                 "what": what,
                 "global_step": self.state.global_step,
-                "grads": {n: p.grad.clone() for n, p in self.model.named_parameters() if p.grad is not None},
-                "lam": self.projections.reg.lam,
+                "grads": {n: p.grad.clone() for n, p in self.parts.model.named_parameters() if p.grad is not None},
+                "lam": self.parts.projections.reg.lam,
             }
         )
         return what
@@ -130,16 +131,16 @@ def sample_run(synth_root, tmp_path_factory):
     assert metrics["status"] == "completed"
     log = json.loads((out / "validation_log.json").read_text())
     assert log["alternations"], "the shared run needs an alternation"
-    return cfg, out, log, steps, seen["t"]
+    return cfg, out, log, steps, seen["t"].parts
 
 
-def _train_eval(t):
+def _train_eval(parts):
     """The training images with the eval transform, built here from the run config."""
     from dmlrepro.train.model_and_loss import build_run_model
     from dmlrepro.train.run_data import build_train_eval, open_manifest
 
-    cfg = t.cfg
-    return build_train_eval(cfg["dataset"], open_manifest(cfg["dataset"]), build_run_model(cfg), t.train_ds.rows)
+    cfg = parts.cfg
+    return build_train_eval(cfg["dataset"], open_manifest(cfg["dataset"]), build_run_model(cfg), parts.train_ds.rows)
 
 
 def _model64(cfg, state):
@@ -165,9 +166,9 @@ def _reference_loss(model, x, y, anchor_x, P, num_classes):
 # -- 1. the loss at a step = C2 with proxies = current embeddings of the selected samples --------------
 @pytest.mark.slow
 def test_step_loss_is_c2_with_current_embeddings_of_selected_samples(sample_run):
-    cfg, out, log, steps, t = sample_run
-    ds = _train_eval(t)
-    C, P = t.loss.num_classes, t.loss.proxies_per_class
+    cfg, out, log, steps, parts = sample_run
+    ds = _train_eval(parts)
+    C, P = parts.loss.num_classes, parts.loss.proxies_per_class
     first_alt = log["alternations"][0]["step"]
     # the first step, the last one before the first alternation and the first one after it
     for s in (steps[0], steps[first_alt - 1], steps[first_alt]):
@@ -182,27 +183,27 @@ def test_step_loss_is_c2_with_current_embeddings_of_selected_samples(sample_run)
 # -- 2. gradients through the anchors; no trainable proxy parameter -----------------------------------
 @pytest.mark.slow
 def test_no_trainable_proxy_parameter(sample_run):
-    cfg, out, log, steps, t = sample_run
-    assert t.loss.sample_based and list(t.loss.parameters()) == []
-    assert "proxies" in dict(t.loss.named_buffers()) and "proxies" in t.loss.state_dict()
-    assert "loss" not in [g["name"] for g in t.optimizer.param_groups]
-    ids = {id(p) for p in t.projections.reg.params}
-    assert ids == {id(p) for p in t.model.parameters() if p.requires_grad}
+    cfg, out, log, steps, parts = sample_run
+    assert parts.loss.sample_based and list(parts.loss.parameters()) == []
+    assert "proxies" in dict(parts.loss.named_buffers()) and "proxies" in parts.loss.state_dict()
+    assert "loss" not in [g["name"] for g in parts.optimizer.param_groups]
+    ids = {id(p) for p in parts.projections.reg.params}
+    assert ids == {id(p) for p in parts.model.parameters() if p.requires_grad}
     # the checkpointed proxy values are a record of the anchors' embeddings, the picks are checkpointed
     final = read_checkpoint(list_checkpoints(out / "checkpoints")[-1])
-    assert final["loss"]["proxies"].shape == (t.loss.num_classes * t.loss.proxies_per_class, 8)
-    assert torch.equal(final["projections"]["indices"], t.projections.indices)
+    assert final["loss"]["proxies"].shape == (parts.loss.num_classes * parts.loss.proxies_per_class, 8)
+    assert torch.equal(final["projections"]["indices"], parts.projections.indices)
 
 
 @pytest.mark.slow
 def test_engine_gradients_flow_through_anchor_embeddings(sample_run):
     """The engine's gradients at step 1 (λ_eff = 0, ASAP-R3) equal float64 autograd of the reference loss
     through batch *and* anchor embeddings, and differ from those with the anchors detached."""
-    cfg, out, log, steps, t = sample_run
-    ds = _train_eval(t)
+    cfg, out, log, steps, parts = sample_run
+    ds = _train_eval(parts)
     s = steps[0]
     assert s["lam"] == 0.0
-    C, P = t.loss.num_classes, t.loss.proxies_per_class
+    C, P = parts.loss.num_classes, parts.loss.proxies_per_class
     anchor_x = torch.stack([ds[int(i)][0] for i in s["indices"].flatten()])
     model = _model64(cfg, s["theta"])
     _reference_loss(model, s["x"], s["y"], anchor_x, P, C).backward()
@@ -251,7 +252,7 @@ def test_loss_forward_with_given_proxies_matches_reference_and_backpropagates():
 # -- 3. the picks change exactly at an alternation, by k-Center as proxy-based ASAP -----------------
 @pytest.mark.slow
 def test_selected_samples_change_exactly_at_alternations(sample_run):
-    cfg, out, log, steps, t = sample_run
+    cfg, out, log, steps, parts = sample_run
     alt_steps = {a["step"] for a in log["alternations"]}
     prev = torch.tensor(log["initial_selection"][0]["samples"])
     assert torch.equal(steps[0]["indices"], prev)
@@ -263,9 +264,9 @@ def test_selected_samples_change_exactly_at_alternations(sample_run):
         after = [s for s in steps if s["global_step"] == a["step"]]
         if after:
             assert after[0]["indices"].tolist() == a["samples"]
-        assert np.array_equal(np.asarray(t.train_ds.rows)[np.asarray(a["samples"])], np.asarray(a["sample_rows"]))
+        assert np.array_equal(np.asarray(parts.train_ds.rows)[np.asarray(a["samples"])], np.asarray(a["sample_rows"]))
         # the same classes: row c of the picks holds P samples of class c
-        labels = t.projections._labels().numpy()
+        labels = parts.projections._labels().numpy()
         assert all(set(labels[np.asarray(r)].tolist()) == {c} for c, r in enumerate(a["samples"]))
 
 
@@ -275,10 +276,10 @@ def test_alternation_picks_are_kcenter_seeded_with_the_samples_at_theta_star(sam
     transform as pool_augment is off), seeds = the previous picks embedded at θ*, brute-force Alg. 2."""
     from dmlrepro.train.projections import _seed
 
-    cfg, out, log, steps, t = sample_run
-    ds = _train_eval(t)
-    labels = t.projections._labels()
-    C, P, b = t.loss.num_classes, t.loss.proxies_per_class, cfg["asap"]["b"]
+    cfg, out, log, steps, parts = sample_run
+    ds = _train_eval(parts)
+    labels = parts.projections._labels()
+    C, P, b = parts.loss.num_classes, parts.loss.proxies_per_class, cfg["asap"]["b"]
     prev = torch.tensor(log["initial_selection"][0]["samples"])
     for k, alt in enumerate(log["alternations"], start=1):
         theta_star = read_checkpoint(out / "checkpoints" / checkpoint_name(alt["anchor_step"] // E + 1, 0))["model"]
@@ -356,20 +357,20 @@ def test_trainable_default_keeps_a_proxy_parameter_and_plain_forward(synth_root,
         seen["t"] = self
 
     def step(self, x, y):  # the sizes of the model's forward passes inside a training step
-        fwd = self.model.forward
-        self.model.forward = lambda inp: calls.append(len(inp)) or fwd(inp)
+        fwd = self.parts.model.forward
+        self.parts.model.forward = lambda inp: calls.append(len(inp)) or fwd(inp)
         try:
             return orig_step(self, x, y)
         finally:
-            del self.model.forward
+            del self.parts.model.forward
 
     monkeypatch.setattr(engine.Trainer, "__init__", init)
     monkeypatch.setattr(engine.Trainer, "step", step)
     train_run(sample_config(synth_root, proxies="trainable") | {"epochs": 1}, tmp_path / "r", progress=False)
-    t = seen["t"]
-    assert not t.loss.sample_based and isinstance(t.loss.proxies, torch.nn.Parameter)
-    assert [p is t.loss.proxies for p in t.optimizer.param_groups[-1]["params"]] == [True]
-    assert not t.projections.samples and "indices" not in t.projections.state_dict()
+    parts = seen["t"].parts
+    assert not parts.loss.sample_based and isinstance(parts.loss.proxies, torch.nn.Parameter)
+    assert [p is parts.loss.proxies for p in parts.optimizer.param_groups[-1]["params"]] == [True]
+    assert not parts.projections.samples and "indices" not in parts.projections.state_dict()
     log = json.loads((tmp_path / "r" / "validation_log.json").read_text())
     assert "samples" not in log["initial_selection"][0]
     assert calls == [16] * E  # one forward pass per step, of the batch alone
@@ -381,7 +382,7 @@ def test_resumed_sample_based_run_is_identical(sample_run, tmp_path):
     (checkpointed indices, anchor images re-loaded) and the final weights are those of the full run."""
     import shutil
 
-    cfg, out, log, steps, t = sample_run
+    cfg, out, log, steps, parts = sample_run
     run = tmp_path / "run"
     shutil.copytree(out, run)
     epoch = log["alternations"][0]["step"] // E + 1  # the checkpoint after the epoch past the alternation

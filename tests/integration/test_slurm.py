@@ -242,7 +242,7 @@ def test_a_run_longer_than_its_time_limit_resumes_across_allocations_to_the_same
         "PYTHONPATH": os.pathsep.join(filter(None, [str(SLOW_STEPS), os.environ.get("PYTHONPATH")])),
     }
     try:
-        through_slurm(sliced, config, table, env=env, timeout=420)
+        through_slurm(sliced, config, table, env=env, timeout=600)
     finally:
         cancel_leftovers(sliced)
         output, _ = undisturbed.communicate(timeout=300)

@@ -40,12 +40,12 @@ def trainer(tmp_path: Path):
     with stepping.engine_process({**cfg, "device": "cpu"}) as run_cfg:
         built, _ = stepping.build_trainer(run_cfg, tmp_path / "run")
         yield built
-        built.close()
+        built.parts.close()
 
 
 def test_the_batch_has_the_run_s_evaluation_size_the_split_repeated(trainer):
     x, y, distinct = stepping.eval_batch(trainer)
-    ds = trainer.test_ds
+    ds = trainer.parts.test_ds
     assert distinct == len(ds) == 16 and x.shape[0] == y.shape[0] == EVAL_BATCH
     items = torch.stack([ds[i][0] for i in range(distinct)])
     assert torch.equal(x[:distinct], items) and torch.equal(x[distinct:], items[: EVAL_BATCH - distinct])
@@ -115,8 +115,8 @@ def test_a_gallery_split_is_searched_against_the_gallery_images_of_the_queries_c
         try:
             images_per_second, metric_seconds = stepping.measure_evaluation(trainer)
         finally:
-            trainer.close()
+            trainer.parts.close()
     assert images_per_second > 0 and metric_seconds > 0
     [(queries, query_classes, gallery_classes)] = seen
-    assert len(trainer.test_ds) == 32 and queries == EVAL_BATCH  # the split's first evaluation batch
+    assert len(trainer.parts.test_ds) == 32 and queries == EVAL_BATCH  # the split's first evaluation batch
     assert gallery_classes == query_classes

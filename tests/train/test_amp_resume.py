@@ -31,45 +31,45 @@ def _trainer(cfg, outdir):
 
     c = resolve_runtime(resolve_run_config(cfg), torch.device("cpu"))
     t = Trainer(c, _stored_yaml(c), outdir, False, StopFlag())
-    t.sampler.set_epoch(1, 0)
-    x, y, _ = next(iter(torch.utils.data.DataLoader(SeededDataset(t.train_ds), batch_sampler=t.sampler)))
+    t.parts.sampler.set_epoch(1, 0)
+    x, y, _ = next(iter(torch.utils.data.DataLoader(SeededDataset(t.parts.train_ds), batch_sampler=t.parts.sampler)))
     t.open_window()
     return t, x, y
 
 
 def _weights(t):
-    return [p.detach().clone() for p in [*t.model.parameters(), *t.loss.parameters()]]
+    return [p.detach().clone() for p in [*t.parts.model.parameters(), *t.parts.loss.parameters()]]
 
 
 def test_fp16_step_skips_on_inf_and_clips_unscaled_gradients(data_root, tmp_path):
     clip = 1e-3
     t, x, y = _trainer(tiny_config(data_root, grad_clip={"value": clip}, **FP16), tmp_path)
-    assert t.amp_dtype == torch.float16 and t.stepper.scaler.is_enabled()
+    assert t.parts.amp_dtype == torch.float16 and t.parts.stepper.scaler.is_enabled()
     for _ in range(10):  # the scaler backs off from 2**16 until the gradients fit float16
-        scale = t.stepper.scaler.get_scale()
+        scale = t.parts.stepper.scaler.get_scale()
         t.step(x, y)
-        if t.stepper.scaler.get_scale() == scale:
+        if t.parts.stepper.scaler.get_scale() == scale:
             break
-    assert t.stepper.scaler.get_scale() == scale < 2.0**16
+    assert t.parts.stepper.scaler.get_scale() == scale < 2.0**16
     before = _weights(t)
-    hook = next(t.model.parameters()).register_hook(lambda g: g * float("inf"))  # force an inf gradient
+    hook = next(t.parts.model.parameters()).register_hook(lambda g: g * float("inf"))  # force an inf gradient
     t.step(x, y)
     assert t.sync(1, {}) is None  # an overflow is the scaler's business, not a divergence
     assert all(torch.equal(a, b) for a, b in zip(before, _weights(t)))  # step skipped
-    assert t.stepper.scaler.get_scale() == scale * 0.5  # backoff
+    assert t.parts.stepper.scaler.get_scale() == scale * 0.5  # backoff
     hook.remove()
     t.step(x, y)
     assert not all(torch.equal(a, b) for a, b in zip(before, _weights(t)))
     # clipped after unscaling: the largest gradient is the clip value itself, not clip / scale
-    grads = torch.cat([p.grad.flatten() for p in t.stepper.clip_params if p.grad is not None])
+    grads = torch.cat([p.grad.flatten() for p in t.parts.stepper.clip_params if p.grad is not None])
     assert grads.abs().max() == torch.tensor(clip, dtype=grads.dtype)
 
 
 def test_bf16_autocast_on_the_cpu(data_root, tmp_path):
     t, x, y = _trainer(tiny_config(data_root, amp={"enabled": True, "dtype": "bfloat16"}), tmp_path)
-    assert t.amp_dtype == torch.bfloat16 and not t.stepper.scaler.is_enabled()
-    with torch.autocast("cpu", dtype=t.amp_dtype):
-        assert t.model(x).dtype == torch.bfloat16
+    assert t.parts.amp_dtype == torch.bfloat16 and not t.parts.stepper.scaler.is_enabled()
+    with torch.autocast("cpu", dtype=t.parts.amp_dtype):
+        assert t.parts.model(x).dtype == torch.bfloat16
     before = _weights(t)
     t.step(x, y)
     assert t.sync(1, {}) is None and not all(torch.equal(a, b) for a, b in zip(before, _weights(t)))

@@ -71,10 +71,10 @@ def plateau_config(root, **overrides) -> dict:
 
 def _train_recording(cfg, out):
     """train_run, recording (epoch, loss.neg_margin) as each epoch starts training."""
-    from dmlrepro.train import engine
+    from dmlrepro.train.parts import RunParts
 
     seen = []
-    original = engine.Trainer.apply_epoch_settings
+    original = RunParts.apply_epoch_settings
 
     def record(self, epoch, followup_start=None):
         lrs = original(self, epoch, followup_start)
@@ -82,7 +82,7 @@ def _train_recording(cfg, out):
         return lrs
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(engine.Trainer, "apply_epoch_settings", record)
+        mp.setattr(RunParts, "apply_epoch_settings", record)
         metrics = train_run(cfg, out, progress=False)
     return metrics, seen
 

@@ -33,28 +33,28 @@ def hist_config(tiny, **overrides):
 def test_hgnn_group_follows_the_backbone_lr_times_the_factor(tiny, tmp_path):
     cfg = resolve_runtime(resolve_run_config(hist_config(tiny)), torch.device("cpu"))
     t = Trainer(cfg, _stored_yaml(cfg), tmp_path, False, StopFlag())
-    groups = {g["name"]: g for g in t.optimizer.param_groups}
+    groups = {g["name"]: g for g in t.parts.optimizer.param_groups}
     assert set(groups) == {"backbone", "head", "loss", "loss.hgnn"}
-    assert {id(p) for p in groups["loss.hgnn"]["params"]} == {id(p) for p in t.loss.hgnn.parameters()}
-    assert {id(p) for p in groups["loss"]["params"]} == {id(t.loss.means), id(t.loss.log_vars)}
+    assert {id(p) for p in groups["loss.hgnn"]["params"]} == {id(p) for p in t.parts.loss.hgnn.parameters()}
+    assert {id(p) for p in groups["loss"]["params"]} == {id(t.parts.loss.means), id(t.parts.loss.log_vars)}
     for epoch, factor in [(1, 1.0), (2, 1.0), (3, 0.5)]:
-        lrs = t.apply_epoch_settings(epoch)
+        lrs = t.parts.apply_epoch_settings(epoch)
         assert lrs == {
             "backbone": 0.02 * factor,
             "head": 0.01 * factor,
             "loss": 1.0 * factor,
             "loss.hgnn": 0.02 * 5.0 * factor,
         }
-    t.apply_epoch_settings(1)
-    t.model.train()
-    t.loss.train()
-    t.sampler.set_epoch(1, 0)
+    t.parts.apply_epoch_settings(1)
+    t.parts.model.train()
+    t.parts.loss.train()
+    t.parts.sampler.set_epoch(1, 0)
     from dmlrepro.train.run_data import SeededDataset
 
-    x, y, _ = next(iter(torch.utils.data.DataLoader(SeededDataset(t.train_ds), batch_sampler=t.sampler)))
-    before = [p.detach().clone() for p in t.loss.hgnn.parameters()]
+    x, y, _ = next(iter(torch.utils.data.DataLoader(SeededDataset(t.parts.train_ds), batch_sampler=t.parts.sampler)))
+    before = [p.detach().clone() for p in t.parts.loss.hgnn.parameters()]
     assert t.step(x, y) is None
-    for p, b in zip(t.loss.hgnn.parameters(), before):  # plain SGD at 0.1 on the HGNN, by hand
+    for p, b in zip(t.parts.loss.hgnn.parameters(), before):  # plain SGD at 0.1 on the HGNN, by hand
         assert torch.allclose(b - p.detach(), 0.1 * p.grad, rtol=1e-4, atol=1e-7)
 
 

@@ -29,10 +29,10 @@ def _trainer(cfg: dict, tmp_path: Path) -> Trainer:
 
 
 def _first_batch(t: Trainer, epoch: int = 1):
-    t.sampler.set_epoch(epoch, 0)
+    t.parts.sampler.set_epoch(epoch, 0)
     from dmlrepro.train.run_data import SeededDataset
 
-    loader = torch.utils.data.DataLoader(SeededDataset(t.train_ds), batch_sampler=t.sampler)
+    loader = torch.utils.data.DataLoader(SeededDataset(t.parts.train_ds), batch_sampler=t.parts.sampler)
     x, y, _ = next(iter(loader))
     return x, y
 
@@ -40,22 +40,22 @@ def _first_batch(t: Trainer, epoch: int = 1):
 def test_groups_get_lr_times_multiplier_in_an_sgd_step(tiny, tmp_path):
     lr, mult = 0.01, {"backbone": 0.5, "head": 2.0, "loss": 100.0}
     t = _trainer(tiny(optimizer={"name": "sgd", "lr": lr, "momentum": 0.0, "lr_mult": mult}), tmp_path)
-    names = {g["name"]: g for g in t.optimizer.param_groups}
+    names = {g["name"]: g for g in t.parts.optimizer.param_groups}
     assert {n: g["lr"] for n, g in names.items()} == {n: lr * m for n, m in mult.items()}
     # proxies are exactly the loss group; backbone = the trunk
-    assert [id(p) for p in names["loss"]["params"]] == [id(p) for p in t.loss.parameters()]
-    assert {id(p) for p in names["backbone"]["params"]} == {id(p) for p in t.model.backbone.parameters()}
-    t.apply_epoch_settings(1)
-    t.model.train()
-    before = {id(p): p.detach().clone() for g in t.optimizer.param_groups for p in g["params"]}
+    assert [id(p) for p in names["loss"]["params"]] == [id(p) for p in t.parts.loss.parameters()]
+    assert {id(p) for p in names["backbone"]["params"]} == {id(p) for p in t.parts.model.backbone.parameters()}
+    t.parts.apply_epoch_settings(1)
+    t.parts.model.train()
+    before = {id(p): p.detach().clone() for g in t.parts.optimizer.param_groups for p in g["params"]}
     assert t.step(*_first_batch(t)) is None
-    for g in t.optimizer.param_groups:
+    for g in t.parts.optimizer.param_groups:
         for p in g["params"]:
             step = before[id(p)].double() - p.detach().double()
             expected = lr * mult[g["name"]] * p.grad.double()  # plain SGD, by hand
             tol = 1e-3 * expected.abs().max() + 1e-6 * before[id(p)].abs().max()  # float32 rounding of p
             assert (step - expected).abs().max() <= tol, g["name"]
-    assert any(p.grad.abs().max() > 0 for p in t.loss.parameters())
+    assert any(p.grad.abs().max() > 0 for p in t.parts.loss.parameters())
 
 
 def test_schedules_match_torch_schedulers():
@@ -91,15 +91,15 @@ def test_followup_switches_loss_attributes_and_lrs(tiny, tmp_path):
         },
     )
     t = _trainer(cfg, tmp_path)
-    assert t.optimizer.defaults["eps"] == 1.0
-    lrs2 = t.apply_epoch_settings(2)
-    assert (t.loss.alpha, t.loss.k1, t.loss.k2, t.loss.scale) == (28.4, 0.93, 1.15, 4.5)
+    assert t.parts.optimizer.defaults["eps"] == 1.0
+    lrs2 = t.parts.apply_epoch_settings(2)
+    assert (t.parts.loss.alpha, t.parts.loss.k1, t.parts.loss.k2, t.parts.loss.scale) == (28.4, 0.93, 1.15, 4.5)
     assert lrs2 == {"backbone": 0.01, "head": 0.01, "loss": 1.0}
-    lrs3 = t.apply_epoch_settings(3)
-    assert (t.loss.alpha, t.loss.k1, t.loss.k2, t.loss.scale) == (24.68, 0.95, 1.2, 1.0)
+    lrs3 = t.parts.apply_epoch_settings(3)
+    assert (t.parts.loss.alpha, t.parts.loss.k1, t.parts.loss.k2, t.parts.loss.scale) == (24.68, 0.95, 1.2, 1.0)
     assert lrs3 == {"backbone": 0.001, "head": 0.001, "loss": 0.0005}
-    t.apply_epoch_settings(1)  # resuming in phase 1 restores the phase-1 values
-    assert (t.loss.alpha, t.loss.scale) == (28.4, 4.5)
+    t.parts.apply_epoch_settings(1)  # resuming in phase 1 restores the phase-1 values
+    assert (t.parts.loss.alpha, t.parts.loss.scale) == (28.4, 4.5)
     res = train_run(cfg, tmp_path / "run", progress=False)
     assert res["status"] == "completed"
     rows = (tmp_path / "run" / "train_log.csv").read_text().splitlines()
@@ -112,12 +112,12 @@ def test_grad_clip_by_value_only_on_chosen_groups(tiny, tmp_path):
     t = _trainer(
         tiny(optimizer={"name": "sgd", "lr": 1.0}, grad_clip={"value": 1e-5, "groups": ["backbone", "head"]}), tmp_path
     )
-    t.apply_epoch_settings(1)
-    t.model.train()
+    t.parts.apply_epoch_settings(1)
+    t.parts.model.train()
     assert t.step(*_first_batch(t)) is None
-    for p in t.model.parameters():
+    for p in t.parts.model.parameters():
         assert p.grad.abs().max() <= 1e-5
-    assert max(p.grad.abs().max() for p in t.loss.parameters()) > 1e-5  # not clipped
+    assert max(p.grad.abs().max() for p in t.parts.loss.parameters()) > 1e-5  # not clipped
 
 
 def _backbone_state(state):

@@ -129,7 +129,7 @@ def test_fold_training_is_class_disjoint(synth_root, scheme, fold):
 
 
 def capture_trainer(monkeypatch) -> dict:
-    """A dict whose "t" is, after train_run, the engine's Trainer (its datasets, loss, regulariser)."""
+    """A dict whose "t" is, after train_run, the engine's Trainer (its ``parts``: datasets, loss, regulariser)."""
     from dmlrepro.train import engine
 
     seen = {}
@@ -152,17 +152,17 @@ def test_engine_trains_on_fold_classes_only(synth_root, tmp_path, monkeypatch):
     train_run(
         asap_config(synth_root, epochs=1, validation__scheme="mlrc", validation__fold=2), tmp_path / "r", progress=False
     )
-    t = seen["t"]
-    classes = np.unique(t.manifest.labels[t.manifest.indices("train")])
+    parts = seen["t"].parts
+    classes = np.unique(parts.manifest.labels[parts.manifest.indices("train")])
     tr_cls, va_cls = kfold_class_splits(classes, 4, "mlrc")[2]
-    assert np.array_equal(np.unique(t.train_ds.labels), tr_cls)
-    assert np.array_equal(np.unique(t.validation.ds.labels), va_cls)
-    assert t.loss.num_classes == len(tr_cls) == len(t.labelmap)
+    assert np.array_equal(np.unique(parts.train_ds.labels), tr_cls)
+    assert np.array_equal(np.unique(parts.validation.ds.labels), va_cls)
+    assert parts.loss.num_classes == len(tr_cls) == len(parts.labelmap)
     # the sampler draws only fold-training images
-    batches = [i for b in t.sampler for i, _ in b]
-    assert set(np.asarray(t.train_ds.labels)[batches]) <= set(tr_cls)
+    batches = [i for b in parts.sampler for i, _ in b]
+    assert set(np.asarray(parts.train_ds.labels)[batches]) <= set(tr_cls)
     # the k-Center pools are embedded from fold-training images: their labels are 0..C_train-1
-    assert set(t.projections._labels().tolist()) == set(range(len(tr_cls)))
+    assert set(parts.projections._labels().tolist()) == set(range(len(tr_cls)))
 
 
 # -- 2. early stopping -------------------------------------------------------------------------------
@@ -392,13 +392,13 @@ def test_anchor_matches_a_run_cut_at_the_best_epoch(asap_run, tmp_path):
 def test_proxies_are_never_regularised(synth_root, tmp_path, monkeypatch):
     seen = capture_trainer(monkeypatch)
     train_run(asap_config(synth_root, epochs=1), tmp_path / "r", progress=False)
-    t = seen["t"]
-    reg = t.projections.reg
+    parts = seen["t"].parts
+    reg = parts.projections.reg
     ids = {id(p) for p in reg.params}
-    assert id(t.loss.proxies) not in ids
-    assert not ids & {id(p) for p in t.loss.parameters()}
-    assert ids == {id(p) for p in t.model.parameters() if p.requires_grad}
-    assert all(a.shape != t.loss.proxies.shape or a.data_ptr() != t.loss.proxies.data_ptr() for a in reg.anchor)
+    assert id(parts.loss.proxies) not in ids
+    assert not ids & {id(p) for p in parts.loss.parameters()}
+    assert ids == {id(p) for p in parts.model.parameters() if p.requires_grad}
+    assert all(a.shape != parts.loss.proxies.shape or a.data_ptr() != parts.loss.proxies.data_ptr() for a in reg.anchor)
 
 
 # -- 6. resume bit for bit -----------------------------------------------------------------------------

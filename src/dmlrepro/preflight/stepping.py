@@ -113,12 +113,13 @@ def measure_shape(cfg: dict[str, Any], steps: int) -> Measurement:
 def _measure(cfg: dict[str, Any], steps: int, outdir: Path, result: Measurement) -> None:
     with engine_process(cfg) as run_cfg:
         trainer, lrs = build_trainer(run_cfg, outdir)
-        with contextlib.closing(trainer):
+        with contextlib.closing(trainer.parts):  # the loaders' workers
             _measure_trainer(trainer, lrs, run_cfg, steps, result)
 
 
 def _measure_trainer(trainer, lrs: dict[str, float], run_cfg: dict[str, Any], steps: int, result: Measurement) -> None:
-    result.amp = str(trainer.amp_dtype).removeprefix("torch.") if trainer.amp_dtype is not None else "off"
+    amp = trainer.parts.amp_dtype
+    result.amp = str(amp).removeprefix("torch.") if amp is not None else "off"
     result.batch_size, result.workers = run_cfg["dataset"]["batch_size"], run_cfg["num_workers"]
     batches, result.images_per_second = load_batches(trainer, steps)
     result.step_seconds = time_steps(trainer, lrs, batches, steps)
@@ -146,18 +147,20 @@ def build_trainer(cfg: dict[str, Any], outdir: Path):
     selection where the step needs it (sample-based proxies)."""
     trainer = Trainer.for_measurement(cfg, outdir)
     lrs = trainer.start_epoch(cfg["warmup_epochs"] + 1)
-    if trainer.projections is not None and trainer.projections.samples:
-        trainer.projections.initialize()  # eq. 4.10: the selected samples are part of every step
+    projections = trainer.parts.projections
+    if projections is not None and projections.samples:
+        projections.initialize()  # eq. 4.10: the selected samples are part of every step
     return trainer, lrs
 
 
 def load_batches(trainer, steps: int) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], float]:
     """(the first ``steps`` batches, images per second of the loader over at least ``steps + 1``
     and ``2 × workers`` batches, start-up included)."""
-    wanted = min(max(steps + 1, 2 * trainer.cfg["num_workers"]), trainer.sampler.num_batches())
+    parts = trainer.parts
+    wanted = min(max(steps + 1, 2 * parts.cfg["num_workers"]), parts.sampler.num_batches())
     kept, images = [], 0
     start = time.perf_counter()
-    for i, (x, y, _) in enumerate(trainer.epoch_loader(trainer.state.epoch)):
+    for i, (x, y, _) in enumerate(parts.epoch_loader(trainer.state.epoch)):
         images += len(x)
         if i < steps:
             kept.append((x, y))
@@ -173,12 +176,12 @@ def time_steps(trainer, lrs: dict[str, float], batches: list[tuple[torch.Tensor,
     """Seconds per optimizer step of the engine on in-memory batches; raises when the loss or the
     gradients are not finite (the engine's divergence check)."""
     trainer.open_window()
-    times = []
+    times, device = [], trainer.parts.device
     for x, y in batches[:steps]:
-        _sync_device(trainer.device)
+        _sync_device(device)
         start = time.perf_counter()
         trainer.step(x, y)
-        _sync_device(trainer.device)
+        _sync_device(device)
         times.append(time.perf_counter() - start)
         trainer.state.batch += 1
     bad = trainer.sync(trainer.state.epoch, lrs)
@@ -191,7 +194,8 @@ def measure_evaluation(trainer) -> tuple[float, float]:
     """(images per second of the engine's embedding loop, seconds of the engine's metrics): module
     docstring. Raises when the embeddings are not finite."""
     x, y, distinct = eval_batch(trainer)
-    model, device = trainer.model, trainer.device
+    parts = trainer.parts
+    model, device = parts.model, parts.device
     emb, labels = embed_batches(model, [(x, y)], device)  # untimed: first-call costs
     _sync_device(device)
     start = time.perf_counter()
@@ -200,15 +204,15 @@ def measure_evaluation(trainer) -> tuple[float, float]:
     images_per_second = len(x) / (time.perf_counter() - start)
     emb, labels = emb[:distinct], labels[:distinct].numpy()
     gallery = None
-    if trainer.gallery_ds is not None:
+    if parts.gallery_ds is not None:
         wanted = set(labels.tolist())
-        rows = [i for i, label in enumerate(trainer.gallery_ds.labels) if int(label) in wanted][: len(x)]
+        rows = [i for i, label in enumerate(parts.gallery_ds.labels) if int(label) in wanted][: len(x)]
         g_emb, g_labels, _ = compute_embeddings(
-            model, _subset(trainer.gallery_ds, rows), batch_size=len(x), device=device, on_device=True
+            model, _subset(parts.gallery_ds, rows), batch_size=len(x), device=device, on_device=True
         )
         gallery = (g_emb, g_labels)
     start = time.perf_counter()
-    metrics = embedding_metrics(emb, labels, trainer.cfg, gallery)
+    metrics = embedding_metrics(emb, labels, parts.cfg, gallery)
     metric_seconds = time.perf_counter() - start
     if metrics is None:
         raise FloatingPointError("the evaluation's embeddings are not finite")
@@ -220,14 +224,15 @@ def eval_batch(trainer) -> tuple[torch.Tensor, torch.Tensor, int]:
     memory (pinned on CUDA, as the run's loader gives them), the test split's first ``distinct``
     items read through the engine's evaluation loader (its workers, one share each), repeated
     where the split is smaller (a stand-in's 64 images)."""
-    n, ds = trainer.cfg["dataset"]["eval_batch_size"], trainer.test_ds
+    parts = trainer.parts
+    n, ds = parts.settings.eval_batch_size, parts.test_ds
     items = list(range(min(n, len(ds))))
-    share = -(-len(items) // max(1, trainer.embedder.num_workers))
+    share = -(-len(items) // max(1, parts.embedder.num_workers))
     shares = [[(i, None) for i in items[s : s + share]] for s in range(0, len(items), share)]
-    xs, ys = zip(*((x, y) for x, y, _ in trainer.embedder.batches(ds, shares, "preflight evaluation batch")))
+    xs, ys = zip(*((x, y) for x, y, _ in parts.embedder.batches(ds, shares, "preflight evaluation batch")))
     order = torch.arange(n) % len(items)
     x, y = torch.cat(xs)[order], torch.cat(ys)[order]
-    return (x.pin_memory() if trainer.device.type == "cuda" else x), y, len(items)
+    return (x.pin_memory() if parts.device.type == "cuda" else x), y, len(items)
 
 
 def _subset(ds, positions):

@@ -6,14 +6,15 @@ Run directory (docs/training.md, :class:`~dmlrepro.train.state.RunDir`): ``confi
 ``embeddings_test.npz`` (the selected model's test embeddings, saved once), ``metrics.json`` and
 ``checkpoints/`` (resume only).
 
-Shape: :class:`Trainer` is the run's parts (:class:`~dmlrepro.train.parts.RunParts`: model, loss,
-optimizer, data, :class:`~dmlrepro.train.embedder.Embedder`, hooks, :class:`~dmlrepro.train.stepper.Stepper`)
-plus the epoch loop and the :class:`~dmlrepro.train.state.TrainState` it owns. ``_train_epoch``
-(train_one_epoch) runs the steps (autocast, GradScaler, clipping, divergence flags), then the
-after-epoch hooks (the validation callback :class:`~dmlrepro.train.alternation.AlternationCallback`
-with ASAP's alternations, test evaluation, proxy metrics), then the end of the epoch (logs, a
-checkpoint when the :class:`~dmlrepro.train.hooks.CheckpointPolicy` says so, the job's time budget,
-:mod:`dmlrepro.budget`). Checkpoint records and resuming are :mod:`.resume`'s; the reported model
+Shape: :class:`Trainer` is the epoch loop and the :class:`~dmlrepro.train.state.TrainState` it owns; it
+holds the run's parts (``Trainer.parts``, a :class:`~dmlrepro.train.parts.RunParts`, the one place that
+builds them: model, loss, optimizer, data, :class:`~dmlrepro.train.embedder.Embedder`, hooks,
+:class:`~dmlrepro.train.stepper.Stepper`). ``_train_epoch`` (train_one_epoch) runs the steps (autocast,
+GradScaler, clipping, divergence flags), then the after-epoch hooks (the validation callback
+:class:`~dmlrepro.train.alternation.AlternationCallback` with ASAP's alternations, test evaluation,
+proxy metrics), then the end of the epoch (logs, a checkpoint when the
+:class:`~dmlrepro.train.hooks.CheckpointPolicy` says so, the job's time budget, :mod:`dmlrepro.budget`).
+Checkpoint records and resuming are :mod:`.resume`'s; the reported model
 (``eval.select``) and the completed record's extras are :mod:`.model_selection`'s. At the finish, a
 loss with proxies exports them (``final_proxies.npz``) for the report.
 
@@ -145,7 +146,7 @@ def _train_locked(cfg: dict, outdir: Path, progress: bool | None) -> dict[str, A
             try:
                 return trainer.run()
             finally:
-                trainer.close()
+                trainer.parts.close()
     finally:
         restore_speed(prev)
 
@@ -177,15 +178,15 @@ def _finished_record(mpath: Path) -> dict[str, Any] | None:
     return None
 
 
-class Trainer(RunParts):
-    """One run: its parts (:class:`~dmlrepro.train.parts.RunParts`), the epoch loop (:meth:`run`) and the
-    :class:`TrainState` it owns. The preflight and benchmarks/bench_training.py time the loop's pieces
-    without a run: :meth:`for_measurement`, :meth:`start_epoch`, :meth:`epoch_loader`, :meth:`step`..."""
+class Trainer:
+    """One run's epoch loop (:meth:`run`) and the :class:`TrainState` it owns, over the run's ``parts``
+    (:class:`~dmlrepro.train.parts.RunParts`: model, loss, optimizer, data, hooks, Stepper). The preflight and
+    benchmarks/bench_training.py time the loop's pieces: :meth:`for_measurement`, :meth:`start_epoch`, :meth:`step`."""
 
     def __init__(self, cfg: dict, stored_cfg: dict, outdir: Path, progress: bool, stop: StopFlag | None):
-        super().__init__(cfg, RunDir(outdir), progress, stop)
-        self.stored_cfg = stored_cfg
-        self.outdir, self.ckdir = self.rundir.root, self.rundir.checkpoints
+        self.parts = RunParts(cfg, RunDir(outdir), progress, stop)
+        self.cfg, self.stored_cfg, self.settings, self.stop = cfg, stored_cfg, self.parts.settings, stop
+        self.rundir, self.ckdir = self.parts.rundir, self.parts.rundir.checkpoints
         self.state = TrainState()
         self.policy = CheckpointPolicy(self.settings.checkpoint_overhead, self.settings.checkpoint_floor_mb)
         self.open_window()  # reopened at every epoch's start (from the restored position)
@@ -197,15 +198,15 @@ class Trainer(RunParts):
 
     # -- checkpoints (:mod:`.resume`) -----------------------------------------------------------
     def _record(self) -> dict[str, Any]:
-        return checkpoint_record(self.stored_cfg, self.state, **self.checkpointed())
+        return checkpoint_record(self.stored_cfg, self.state, **self.parts.checkpointed())
 
     def _save(self, snapshot: dict[str, Any] | None = None) -> Path:
         make = self._record if snapshot is None else (lambda: snapshot)
         return write_checkpoint(self.ckdir, make, self.settings.checkpoint_keep, self.policy)
 
     def _restore(self, record: dict[str, Any], path: Path) -> None:
-        parts = self.checkpointed()
-        self.state = restore_checkpoint(record, path, self.stored_cfg, self.ckdir, self.settings.amp_enabled, **parts)
+        parts, amp = self.parts.checkpointed(), self.settings.amp_enabled
+        self.state = restore_checkpoint(record, path, self.stored_cfg, self.ckdir, amp, **parts)
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -231,13 +232,14 @@ class Trainer(RunParts):
 
     def _start(self) -> None:
         """Before the first epoch: the callback's start (ASAP's first proxies), the untrained network's log row 0."""
-        if self.alternation is not None:
-            self.alternation.on_train_start()
+        if self.parts.alternation is not None:
+            self.parts.alternation.on_train_start()
         if self.settings.before_training:
             t0 = time.perf_counter()
             metrics = self._evaluate(0)
             seconds = time.perf_counter() - t0
-            self.state.history.append(self._row(0, 0, None, None, seconds, metrics, self.epoch_proxy_metrics(metrics)))
+            proxy = self.parts.epoch_proxy_metrics(metrics)
+            self.state.history.append(self._row(0, 0, None, None, seconds, metrics, proxy))
 
     def _interruptible(self, fn, snapshot: dict[str, Any] | None = None):
         """``fn()``; a preemption signal while it embeds ends the run with exit 75 after
@@ -252,12 +254,12 @@ class Trainer(RunParts):
     def start_epoch(self, epoch: int) -> dict[str, float]:
         """Position at `epoch`'s start, its settings applied, model and loss in train mode; the groups' lrs."""
         self.state.epoch, self.state.batch = epoch, 0
-        return self.train_mode(epoch, self.state.followup_start)
+        return self.parts.train_mode(epoch, self.state.followup_start)
 
     def _train_epoch(self, epoch: int) -> dict[str, Any] | None:
         """train_one_epoch: the steps from the position on, then the after-epoch hooks; None or a divergence record."""
         st = self.state
-        lrs = self.train_mode(epoch, st.followup_start)
+        lrs = self.parts.train_mode(epoch, st.followup_start)
         t0 = time.perf_counter()
         bad = self._train_steps(epoch, lrs, t0)
         st.epoch_seconds += time.perf_counter() - t0
@@ -273,7 +275,7 @@ class Trainer(RunParts):
         """The epoch's optimizer steps from the position on; the host reads the device's loss and
         flags every ``speed.sync_every`` steps. A signal: checkpoint after the step, RunInterrupted."""
         st, every = self.state, self.settings.sync_every
-        bar = self.epoch_bar(epoch, st.batch)
+        bar = self.parts.epoch_bar(epoch, st.batch)
         self.open_window()
         with contextlib.closing(bar):
             for x, y, _ in bar:
@@ -286,7 +288,7 @@ class Trainer(RunParts):
                     bad = self.sync(epoch, lrs)
                     if bad:
                         return bad
-                    if self.progress and st.batch % 10 == 0:
+                    if self.parts.progress and st.batch % 10 == 0:
                         bar.set_postfix(loss=f"{st.epoch_loss_sum / st.epoch_steps:.4g}")
                 if self.stop:
                     st.epoch_seconds += time.perf_counter() - t0
@@ -296,26 +298,25 @@ class Trainer(RunParts):
     def _after_epoch(self, epoch: int, lrs: dict[str, float]) -> dict[str, Any] | None:
         """The hooks: the validation callback (early stopping, followup, ASAP), test evaluation,
         proxy metrics; then the epoch's history row. None, or the divergence record of non-finite embeddings."""
-        st, val_metrics, metrics = self.state, None, None
-        if self.alternation is not None:
-            val_metrics = self.alternation.after_epoch(epoch, st)
+        st, parts, val_metrics, metrics = self.state, self.parts, None, None
+        if parts.alternation is not None:
+            val_metrics = parts.alternation.after_epoch(epoch, st)
             if val_metrics is None:
                 return self._nonfinite(epoch, "validation embeddings", lrs)
         final = epoch == self.settings.epochs or bool(st.stopped)
-        if self.test_eval.due(epoch, final):
+        if parts.test_eval.due(epoch, final):
             metrics = self._evaluate(epoch, final)
             if metrics is None:
                 return self._nonfinite(epoch, "embeddings", lrs)
         loss_mean = st.epoch_loss_sum / max(st.epoch_steps, 1)
-        proxy = self.epoch_proxy_metrics(metrics)
+        proxy = parts.epoch_proxy_metrics(metrics)
         row = self._row(epoch, st.epoch_steps, loss_mean, lrs, st.epoch_seconds, metrics, proxy, val_metrics)
         st.history.append(row)
         return None
 
     def _nonfinite(self, epoch: int, what: str, lrs: dict[str, float]) -> dict[str, Any]:
         """The divergence record of non-finite embeddings after `epoch`'s steps."""
-        st = self.state
-        return {"epoch": epoch, "step": st.batch, "global_step": st.global_step, "what": what, "lrs": lrs}
+        return dict(epoch=epoch, step=self.state.batch, global_step=self.state.global_step, what=what, lrs=lrs)
 
     def _end_epoch(self, epoch: int, t0: float) -> None:
         """The position moves on; logs; a checkpoint when the policy (or the last epoch, or a
@@ -331,38 +332,38 @@ class Trainer(RunParts):
 
     # -- the step and its device-side window (:class:`~dmlrepro.train.stepper.Stepper`) --------
     def open_window(self) -> None:
-        self.stepper.open_window(self.state)
+        self.parts.stepper.open_window(self.state)
 
     def sync(self, epoch: int, lrs: dict[str, float]) -> dict[str, Any] | None:
-        return self.stepper.sync(self.state, epoch, lrs)
+        return self.parts.stepper.sync(self.state, epoch, lrs)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        self.stepper.step(x, y, self.state.batch)
+        self.parts.stepper.step(x, y, self.state.batch)
 
     def _evaluate(self, epoch: int, final: bool = False) -> dict[str, float] | None:
-        return self.test_eval(epoch, self.state, final)
+        return self.parts.test_eval(epoch, self.state, final)
 
     def _row(self, epoch, steps, loss, lrs, seconds, metrics, proxy_metrics=None, val_metrics=None) -> dict[str, Any]:
         return history_row(self.cfg, self.state, epoch, steps, loss, lrs, seconds, metrics, proxy_metrics, val_metrics)
 
     def _write_log(self, validation: bool = True) -> None:
         """train_log.csv and (`validation`) validation_log.json."""
-        names = [g["name"] for g in self.optimizer.param_groups]
-        write_train_log(self.rundir, self.cfg, self.state, names, self.validation is not None)
-        if validation and self.alternation is not None:
-            self.alternation.write_log()
+        names = [g["name"] for g in self.parts.optimizer.param_groups]
+        write_train_log(self.rundir, self.cfg, self.state, names, self.parts.validation is not None)
+        if validation and self.parts.alternation is not None:
+            self.parts.alternation.write_log()
 
     def _finish_completed(self) -> dict[str, Any]:
-        st, last_epoch = self.state, self.state.stopped or self.settings.epochs
-        if self.alternation is not None:
-            self.alternation.on_train_end(st)
-        evaluation = dict(test_eval=self.test_eval, evaluate=self._evaluate, model=self.model, device=self.device)
+        st, parts, last_epoch = self.state, self.parts, self.state.stopped or self.settings.epochs
+        if parts.alternation is not None:
+            parts.alternation.on_train_end(st)
+        evaluation = dict(test_eval=parts.test_eval, evaluate=self._evaluate, model=parts.model, device=parts.device)
         epoch = select_model(self.settings, self.rundir, st, **evaluation)
-        extra = {"status": "completed", "epoch": epoch, "diverged_at": None, "precision": self.precision()}
-        extra |= common_fields(self.cfg, st) | self.final_extras(st, last_epoch)
-        write_final_proxies(self.rundir, self.loss, self.labelmap.classes)  # the report's, before metrics.json
-        res = final_metrics(self.outdir, self.cfg, extra)
-        _say(f"completed: epoch {epoch} test recall@1 = {res['metrics']['recall@1']:.4f} ({self.outdir})")
+        extra = {"status": "completed", "epoch": epoch, "diverged_at": None, "precision": parts.precision()}
+        extra |= common_fields(self.cfg, st) | parts.final_extras(st, last_epoch)
+        write_final_proxies(self.rundir, parts.loss, parts.labelmap.classes)  # the report's, before metrics.json
+        res = final_metrics(self.rundir.root, self.cfg, extra)
+        _say(f"completed: epoch {epoch} test recall@1 = {res['metrics']['recall@1']:.4f} ({self.rundir.root})")
         return res
 
     def _finish_diverged(self, info: dict[str, Any]) -> dict[str, Any]:
@@ -370,7 +371,7 @@ class Trainer(RunParts):
         loss_mean = float("nan") if info["what"] != "embeddings" else st.epoch_loss_sum / max(st.epoch_steps, 1)
         st.history.append(self._row(info["epoch"], st.epoch_steps, loss_mean, info["lrs"], st.epoch_seconds, None))
         self._write_log()
-        record = {**diverged_record(self.cfg, st, info), "precision": self.precision()}
+        record = {**diverged_record(self.cfg, st, info), "precision": self.parts.precision()}
         write_json_atomic(self.rundir.metrics, record)
         _say(
             f"diverged: non-finite {info['what']} at epoch {info['epoch']} step {info['step']}; "

@@ -8,8 +8,8 @@ after-epoch hooks (ASAP's :class:`~dmlrepro.train.projections.Projections`, the
 :class:`~dmlrepro.train.alternation.AlternationCallback`, :class:`~dmlrepro.train.hooks.TestEvaluation`),
 the :class:`~dmlrepro.train.stepper.Stepper` and the shared image cache. Per epoch it sets the lrs,
 the followup's loss attributes and the trainability (warm-up, BN freeze); it owns the training
-DataLoader (built once, persistent workers). The :class:`~dmlrepro.train.engine.Trainer` is these
-parts plus the loop and its state.
+DataLoader (built once, persistent workers). The :class:`~dmlrepro.train.engine.Trainer` holds these
+parts (``Trainer.parts``) and runs the loop over them.
 """
 
 from __future__ import annotations
