@@ -127,6 +127,37 @@ def test_far_points_travel_far_but_not_past_a_newcomer():
     assert set(zip(first.tolist(), second.tolist())) == {(0, 2)}
 
 
+def test_a_point_searched_next_to_one_still_within_its_allowance():
+    """Point 1 jumps past its allowance and is searched against point 0's reference, 2.9 from where point 0
+    now is (within point 0's own allowance of 3): the pair, 0.6 apart, is within the radius."""
+    labels = torch.tensor([0, 1])
+    nlist = NeighbourList(radius=1.0, skin=0.1, search_dtype=torch.float32)
+    nlist.pairs(torch.tensor([[0.0, 0.0], [7.0, 0.0]]), labels)
+    first, second = nlist.pairs(torch.tensor([[2.9, 0.0], [3.5, 0.0]]), labels)
+    assert set(zip(first.tolist(), second.tolist())) == {(0, 1)}
+    assert nlist.stats["rows_refreshed"] == 2  # point 1, then point 0 whose gap point 1's search lowered
+
+
+def test_jumps_next_to_points_that_use_their_allowance():
+    """Far-apart points (large allowances) drift up to their allowance while others jump next to them."""
+    g = torch.Generator().manual_seed(1)
+    n, dim, radius = 120, 3, 0.5
+    labels = torch.arange(n // 2).repeat_interleave(2)
+    points = torch.rand(n, dim, generator=g) * 40
+    nlist = NeighbourList(radius, skin=0.05, search_dtype=torch.float32)
+    nlist.pairs(points, labels)
+    for step in range(30):
+        allowance = ((nlist.gap - radius) / 2).clamp_min(0).clamp_max(5.0)[:, None]
+        direction = torch.nn.functional.normalize(torch.randn(n, dim, generator=g), dim=1)
+        points = nlist.reference + 0.95 * allowance * direction  # each within its allowance
+        jumpers = torch.randint(0, n, (6,), generator=g)
+        targets = torch.randint(0, n, (6,), generator=g)
+        points[jumpers] = points[targets] + 0.3 * torch.randn(6, dim, generator=g)
+        first, second = nlist.pairs(points, labels)
+        truth = brute_near_pairs(points, labels, radius)
+        assert truth <= set(zip(first.tolist(), second.tolist())), f"step {step}: near pairs missing"
+
+
 @pytest.mark.parametrize(
     "dtype,roundoff", [(torch.bfloat16, 2.0**-8), (torch.float32, 2.0**-24), (torch.float32, 2.0**-11)]
 )

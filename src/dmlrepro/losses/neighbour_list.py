@@ -15,8 +15,11 @@ so we keep a Verlet list (as in molecular dynamics) refreshed per point:
 Why it is exact: a pair (a, b) outside the list was last measured between the current R_a and R_b
 (a new reference re-measures every pair of its point), so ‖R_a − R_b‖ ≥ max(gap_a, gap_b), and
 ‖p_a − p_b‖ ≥ ‖R_a − R_b‖ − (gap_a − r)/2 − (gap_b − r)/2 ≥ r. The list is thus a superset of the
-near pairs whatever the optimiser did. A point far from every other class may travel far before
-its row is searched again. `stats` records the work done at the last call.
+near pairs whatever the optimiser did. The allowances must hold with the gaps *after* the refresh:
+a row searched at its new position lowers the gaps of the rows it passes near, so a point that was
+within its old allowance may now be due; a call refreshes again until no row is due. A point far
+from every other class may travel far before its row is searched again. `stats` records the work
+done at the last call (`rows_refreshed`: over all its passes).
 
 `pairs(..., max_pairs=K)` gives up (returns None and forgets the list) as soon as the list would hold
 more than K pairs: its memory is then spent before the pairs are even gathered (PFML 64-d on SOP at
@@ -54,29 +57,37 @@ class NeighbourList:
         contiguous block of rows (the proxies' layout: row j·M + k is proxy k of class j).
         None when the list would hold more than `max_pairs` pairs (the next call rebuilds it).
         """
-        points = points.detach()
+        points = points.detach().float()
         n = points.shape[0]
         if self.reference is None or self.reference.shape != points.shape or self.reference.device != points.device:
             dtype = self.search_dtype or search_dtype_on(points.device)
-            self.reference = points.float().clone()
+            self.reference = points.clone()
             self.columns = search_columns(self.reference, dtype)
             self.gap = torch.full((n,), float("inf"), device=points.device)
             self.first = self.second = torch.empty(0, dtype=torch.long, device=points.device)
             rows = torch.arange(n, device=points.device)
             self.stats["rebuilds"] += 1
         else:
-            moved = torch.linalg.vector_norm(points.float() - self.reference, dim=-1)
-            allowance = ((self.gap - self.radius) / 2).clamp_min(self.skin) * (1 - 1e-4)
-            rows = torch.nonzero(moved > allowance).flatten()
-            if rows.numel() > n // 2:  # cheaper to search every row, each pair once
-                rows = torch.arange(n, device=points.device)
-        if rows.numel() and not self._refresh(points.float(), labels, rows, max_pairs):
-            self.reset()
-            self.stats.update(rows_refreshed=int(rows.numel()), pairs=-1)
-            return None
-        self.stats["rows_refreshed"] = int(rows.numel())
+            rows = self._due(points)
+        refreshed = 0
+        while rows.numel():  # a new reference lowers other rows' gaps, which may make them due too
+            refreshed += int(rows.numel())
+            if not self._refresh(points, labels, rows, max_pairs):
+                self.reset()
+                self.stats.update(rows_refreshed=refreshed, pairs=-1)
+                return None
+            rows = self._due(points)
+        self.stats["rows_refreshed"] = refreshed
         self.stats["pairs"] = int(self.first.numel())
         return self.first, self.second
+
+    def _due(self, points: torch.Tensor) -> torch.Tensor:
+        """The rows whose point moved farther from its reference than its allowance (every row when
+        more than half are due: cheaper to search each pair once)."""
+        moved = torch.linalg.vector_norm(points - self.reference, dim=-1)
+        allowance = ((self.gap - self.radius) / 2).clamp_min(self.skin) * (1 - 1e-4)
+        rows = torch.nonzero(moved > allowance).flatten()
+        return torch.arange(points.shape[0], device=points.device) if rows.numel() > points.shape[0] // 2 else rows
 
     def reset(self) -> None:
         """Forget the list: the next call searches every row."""
