@@ -6,6 +6,8 @@ CUB (N=100 classes, M=15 proxies per class) and SOP (N=11,318, M=2), batch 100, 
 
     python benchmarks/bench_losses.py                 # both scales, 40 timed steps each
     python benchmarks/bench_losses.py --scales cub --steps 20 --json out.json
+    python benchmarks/bench_losses.py --scales sop --steps 600 --json sop.json   # about one SOP epoch:
+        # the proxies' first steps are a transient (docs/benchmarks.md#pfml-at-sop-scale-on-cpus-without-bfloat16)
 
 The two methods' steps alternate (same batches), so a load change on a shared machine hits both.
 Reports the median and mean (amortised: neighbour-list refreshes included) step time, PFML's first
