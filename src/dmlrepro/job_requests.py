@@ -33,6 +33,26 @@ def train_request(config: Mapping[str, Any], dataset: str, search: Mapping[str, 
     return merged
 
 
+#: training jobs' priorities stay below the workflow's small jobs' (aggregate, report_section: 5) and
+#: the stand-in's (10), which must not wait for them (docs/workflow.md#scheduling)
+TRAIN_PRIORITY_CEILING = 4.0
+
+
+def planned_images(cfg: Mapping[str, Any], split_images: int, runs: int = 1) -> int:
+    """The most images a training job trains on: epochs × steps per epoch (`steps_per_epoch`, else the
+    batches of the training split's `split_images`) × batch size × `runs` (a search's trials × folds)."""
+    batch = cfg["dataset"]["batch_size"]
+    steps = cfg.get("steps_per_epoch") or max(split_images // batch, 1)
+    return cfg["epochs"] * steps * batch * runs
+
+
+def train_priority(images: int) -> float:
+    """A training job's scheduler priority, rising with the images it trains on (`planned_images`) below
+    TRAIN_PRIORITY_CEILING: Snakemake starts the highest first, so on a few cores the longest runs start
+    early instead of trailing the workflow."""
+    return round(TRAIN_PRIORITY_CEILING * images / (images + 100_000), 4)
+
+
 def slurm_signal(request: Mapping[str, Any], dataset: str) -> str:
     """sbatch's --signal for a training job's `request` (train_request): SIGTERM to every process of
     the job `warning` seconds (default: min(300, 15 s per minute of runtime)) before its time limit;

@@ -9,7 +9,7 @@ import numpy as np
 from PIL import Image
 
 from dmlrepro.data.manifest import read_manifest
-from dmlrepro.data.registry import prepare
+from dmlrepro.data.registry import expected_train_images, prepare
 from dmlrepro.data.sanity import recall_at_1
 
 
@@ -67,6 +67,7 @@ def test_digits(tmp_path):
     m = read_manifest(prepare("digits", tmp_path, progress=False))
     d = load_digits()
     assert len(m) == 1797 and m.classes("train").tolist() == [0, 1, 2, 3, 4]
+    assert len(m.indices("train")) == int((d.target < 5).sum()) == expected_train_images("digits")
     assert m.classes("test").tolist() == [5, 6, 7, 8, 9]
     # file i is sklearn's image i: shrink it back to 8x8 and compare with the original pixels
     for i in (0, 500, 1796):

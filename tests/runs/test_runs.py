@@ -220,3 +220,33 @@ def test_train_request_merges_dataset_over_default_over_the_built_ins():
     check_train_requests(config)
     with pytest.raises(ValueError, match="resources.train.cars: expected 'default' or a key of datasets"):
         check_train_requests({**config, "resources": {"train": {"cars": {"runtime": 5}}}})
+
+
+def test_train_priority_rises_with_the_images_a_run_trains_on():
+    """The longest runs start first: images = epochs × steps × batch (× a search's runs); every training
+    priority below the small jobs' (5) and the stand-in's (10), docs/workflow.md#scheduling."""
+    from dmlrepro.job_requests import planned_images, train_priority
+
+    asap = {"dataset": {"batch_size": 32}, "epochs": 400, "steps_per_epoch": 25}  # E = 25 steps, 400 evaluations
+    pfml = {"dataset": {"batch_size": 64}, "epochs": 80, "steps_per_epoch": None}  # whole epochs of 1,536 images
+    assert planned_images(asap, 1536) == 400 * 25 * 32
+    assert planned_images(pfml, 1536) == 80 * 24 * 64
+    assert planned_images(pfml, 1536, runs=6) == 6 * 80 * 24 * 64
+    assert planned_images({**pfml, "epochs": 1}, 10) == 64  # one batch at least
+    sizes = [0, 64, 10_000, 122_880, 320_000, 10**9]
+    priorities = [train_priority(n) for n in sizes]
+    assert priorities == sorted(priorities) and len(set(priorities)) == len(sizes)
+    assert 0 <= priorities[0] and priorities[-1] < 5
+
+
+def test_training_images_are_known_before_preparing(tmp_path):
+    """The scheduler's estimate equals what preparing gives (synthetic: half the classes train)."""
+    from dmlrepro.data.registry import expected_train_images, load, prepare
+
+    params = {"num_classes": 6, "images_per_class": 3, "size": 16}
+    prepare("synthetic", tmp_path, progress=False, **params)
+    assert expected_train_images("synthetic", params) == load("synthetic", tmp_path).counts()["train_images"] == 9
+    assert expected_train_images("synthetic", {"images_per_class": 24}) == 64 * 24  # 128 classes by default
+    assert expected_train_images("sop") == 59551  # SOP's published split (Ebay_train.txt)
+    with pytest.raises(KeyError, match="unknown dataset"):
+        expected_train_images("imagenet")

@@ -6,7 +6,14 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from dmlrepro.nested import canonical, deep_merge
-from dmlrepro.job_requests import check_train_requests, slurm_signal, train_request
+from dmlrepro.job_requests import (
+    check_train_requests,
+    slurm_signal,
+    planned_images,
+    train_priority,
+    train_request,
+)
+from dmlrepro.data.registry import expected_train_images
 from dmlrepro.run_table import ResultsLayout, RunTable, reported_tables, run_record
 from dmlrepro.tuning.bayes import BEST_JSON, TRIALS_CSV
 from dmlrepro import jobserver
@@ -227,6 +234,16 @@ def train_resource(name):
         )
 
     return resource
+
+
+def train_job_priority(wildcards):
+    """A training or search job's priority (dmlrepro.job_requests.train_priority): the longest first."""
+    run = trained_run(wildcards)
+    search = TABLE.search_spec(run.run_id) if run.run_id in TABLE.searches else None
+    runs = search["trials"] * len(search.get("folds") or [None]) if search else 1
+    data = run.config["dataset"]
+    images = expected_train_images(data["name"], data.get("params"))
+    return train_priority(planned_images(run.config, images, runs))
 
 
 def end_of_workflow(servers):

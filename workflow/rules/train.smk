@@ -7,6 +7,7 @@ rule train:
         train_log=LAYOUT.run_file("{run}", RunDir.TRAIN_LOG),
     log:
         LAYOUT.log("train", "{run}"),
+    priority: train_job_priority  # the longest runs start first
     conda:
         "../envs/dmlrepro-gpu.yaml"
     threads: train_resource("cpus")  # sbatch --cpus-per-task; the run's CPU budget
@@ -36,6 +37,7 @@ checkpoint search:
         best=LAYOUT.search_file("{search}", BEST_JSON),
     log:
         LAYOUT.log("search", "{search}"),
+    priority: train_job_priority  # the longest runs start first
     conda:
         "../envs/dmlrepro-gpu.yaml"
     threads: train_resource("cpus")  # sbatch --cpus-per-task; the run's CPU budget

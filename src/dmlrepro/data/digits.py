@@ -18,7 +18,7 @@ from .splits import standard_split
 from .synthetic import _info_matches, save_png
 
 NAME = "digits"
-EXPECTED = {"images": 1797, "classes": 10}
+EXPECTED = {"images": 1797, "classes": 10, "train_images": 901}  # digits 0-4: 178 + 182 + 177 + 183 + 181
 
 
 def prepare_digits(

@@ -24,13 +24,25 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .benchmarks import BENCHMARKS, prepare_benchmark
-from .digits import prepare_digits
+from .digits import EXPECTED as DIGITS_EXPECTED, prepare_digits
 from .manifest import Manifest
 from .prepared import dataset_dir, is_prepared, load_prepared, manifest_path, preparation_lock
-from .synthetic import prepare_synthetic
+from .synthetic import DEFAULTS as SYNTHETIC_DEFAULTS, prepare_synthetic
 
 EMBEDDED = ("synthetic", "digits")
 DATASETS = tuple(BENCHMARKS) + EMBEDDED
+
+
+def expected_train_images(name: str, params: Mapping | None = None) -> int:
+    """A dataset's training images before it is prepared: a benchmark's published count, synthetic's
+    from its parameters (the first half of `num_classes` × `images_per_class`), scikit-learn's digits 0-4."""
+    if name in BENCHMARKS:
+        return BENCHMARKS[name].expected_counts["train_images"]
+    if name == "synthetic":
+        p = {**SYNTHETIC_DEFAULTS, **{k: v for k, v in (params or {}).items() if v is not None}}
+        return int(p["num_classes"]) // 2 * int(p["images_per_class"])
+    _check_known(name)
+    return DIGITS_EXPECTED["train_images"]
 
 
 def describe(name: str) -> str:
