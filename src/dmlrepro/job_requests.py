@@ -29,8 +29,13 @@ def train_request(config: Mapping[str, Any], dataset: str, search: Mapping[str, 
     requests = (config.get("resources") or {}).get("train") or {}
     merged = {**TRAIN_REQUEST_DEFAULTS, **(requests.get("default") or {}), **(requests.get(dataset) or {})}
     if search is not None:
-        merged["runtime"] *= search["trials"] * len(search.get("folds") or [None])
+        merged["runtime"] *= search_run_count(search)
     return merged
+
+
+def search_run_count(search: Mapping[str, Any] | None) -> int:
+    """The runs one job trains: a search's (its `search:` block) trials × folds, else 1."""
+    return search["trials"] * len(search.get("folds") or [None]) if search is not None else 1
 
 
 #: training jobs' priorities stay below the workflow's small jobs' (aggregate, report_section: 5) and

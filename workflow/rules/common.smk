@@ -10,6 +10,7 @@ from dmlrepro.job_requests import (
     check_train_requests,
     slurm_signal,
     planned_images,
+    search_run_count,
     train_priority,
     train_request,
 )
@@ -240,10 +241,9 @@ def train_job_priority(wildcards):
     """A training or search job's priority (dmlrepro.job_requests.train_priority): the longest first."""
     run = trained_run(wildcards)
     search = TABLE.search_spec(run.run_id) if run.run_id in TABLE.searches else None
-    runs = search["trials"] * len(search.get("folds") or [None]) if search else 1
     data = run.config["dataset"]
     images = expected_train_images(data["name"], data.get("params"))
-    return train_priority(planned_images(run.config, images, runs))
+    return train_priority(planned_images(run.config, images, search_run_count(search)))
 
 
 def end_of_workflow(servers):
