@@ -43,18 +43,10 @@ def search_run_count(search: Mapping[str, Any] | None) -> int:
 TRAIN_PRIORITY_CEILING = 4.0
 
 
-def planned_images(cfg: Mapping[str, Any], split_images: int, runs: int = 1) -> int:
-    """The most images a training job trains on: epochs × steps per epoch (`steps_per_epoch`, else the
-    batches of the training split's `split_images`) × batch size × `runs` (a search's trials × folds)."""
-    batch = cfg["dataset"]["batch_size"]
-    steps = cfg.get("steps_per_epoch") or max(split_images // batch, 1)
-    return cfg["epochs"] * steps * batch * runs
-
-
 def train_priority(images: int) -> float:
-    """A training job's scheduler priority, rising with the images it trains on (`planned_images`) below
-    TRAIN_PRIORITY_CEILING: Snakemake starts the highest first, so on a few cores the longest runs start
-    early instead of trailing the workflow."""
+    """A training job's scheduler priority, rising with the images it trains on at most
+    (`dmlrepro.preflight.projection.planned_images`) below TRAIN_PRIORITY_CEILING: Snakemake starts the
+    highest first, so on a few cores the longest runs start early instead of trailing the workflow."""
     return round(TRAIN_PRIORITY_CEILING * images / (images + 100_000), 4)
 
 

@@ -225,10 +225,19 @@ def test_train_request_merges_dataset_over_default_over_the_built_ins():
 def test_train_priority_rises_with_the_images_a_run_trains_on():
     """The longest runs start first: images = epochs × steps × batch (× a search's runs); every training
     priority below the small jobs' (5) and the stand-in's (10), docs/workflow.md#scheduling."""
-    from dmlrepro.job_requests import planned_images, train_priority
+    from dmlrepro.job_requests import train_priority
+    from dmlrepro.preflight.projection import planned_images
 
-    asap = {"dataset": {"batch_size": 32}, "epochs": 400, "steps_per_epoch": 25}  # E = 25 steps, 400 evaluations
-    pfml = {"dataset": {"batch_size": 64}, "epochs": 80, "steps_per_epoch": None}  # whole epochs of 1,536 images
+    asap = {
+        "dataset": {"batch_size": 32, "sampler": "m_per_class"},
+        "epochs": 400,
+        "steps_per_epoch": 25,
+    }  # E = 25 steps, 400 evaluations
+    pfml = {
+        "dataset": {"batch_size": 64, "sampler": "m_per_class"},
+        "epochs": 80,
+        "steps_per_epoch": None,
+    }  # whole epochs of 1,536 images
     assert planned_images(asap, 1536) == 400 * 25 * 32
     assert planned_images(pfml, 1536) == 80 * 24 * 64
     assert planned_images(pfml, 1536, runs=6) == 6 * 80 * 24 * 64

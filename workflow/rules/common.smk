@@ -9,12 +9,12 @@ from dmlrepro.nested import canonical, deep_merge
 from dmlrepro.job_requests import (
     check_train_requests,
     slurm_signal,
-    planned_images,
     search_run_count,
     train_priority,
     train_request,
 )
 from dmlrepro.data.registry import expected_train_images
+from dmlrepro.preflight.projection import planned_images
 from dmlrepro.run_table import ResultsLayout, RunTable, reported_tables, run_record
 from dmlrepro.tuning.bayes import BEST_JSON, TRIALS_CSV
 from dmlrepro import jobserver

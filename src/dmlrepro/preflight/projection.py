@@ -106,6 +106,12 @@ def steps_per_epoch(cfg: Mapping[str, Any], train_images: int) -> int:
     return min(steps, cfg["steps_per_epoch"]) if cfg.get("steps_per_epoch") else steps
 
 
+def planned_images(cfg: Mapping[str, Any], train_images: int, runs: int = 1) -> int:
+    """The most images a training job trains on: epochs × :func:`steps_per_epoch` × batch size × `runs`
+    (a search's trials × folds); the scheduler starts the largest first (job_requests.train_priority)."""
+    return cfg["epochs"] * steps_per_epoch(cfg, train_images) * cfg["dataset"]["batch_size"] * runs
+
+
 def count_test_evaluations(cfg: Mapping[str, Any]) -> int:
     """How often the engine embeds the test split: the untrained row 0, every ``eval.every``-th
     epoch and the last (best_val: once, the restored best model)."""
