@@ -26,6 +26,6 @@ rule preflight:
         experiments=EXPERIMENTS,
         data_root=DATA,
     message:
-        "Preflight: every run shape on the {PREFLIGHT[dataset]} training job's resources"
+        "Preflight: every run shape, on the largest of the training jobs' requests"
     script:
         "../scripts/preflight.py"

@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dmlrepro.budget import RETRIES_ENV
-from dmlrepro.data.benchmarks import BENCHMARKS
 from dmlrepro.job_requests import train_request
 
 #: under the config's `results` folder
@@ -19,10 +18,10 @@ __all__ = [
     "PREFLIGHT_JSON",
     "PREFLIGHT_TABLE",
     "RETRIES_ENV",
-    "largest_dataset",
     "preflight_resources",
     "put_on_pythonpath",
     "run_rule",
+    "trained_datasets",
 ]
 
 
@@ -35,24 +34,20 @@ def put_on_pythonpath(folder: str) -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([folder, *paths])
 
 
-def largest_dataset(config: Mapping[str, Any], experiments: Sequence[str]) -> str:
-    """The dataset (config key) with the most training images among those the experiments train on
-    (published counts; an embedded dataset counts as the smallest)."""
+def trained_datasets(config: Mapping[str, Any], experiments: Sequence[str]) -> list[str]:
+    """The datasets (config keys) the experiments train on, in their order."""
     names = [name for experiment in experiments for name in config["experiments"][experiment].get("datasets") or []]
     if not names:
         raise ValueError("no experiment trains on a dataset: nothing to preflight")
-
-    def images(key: str) -> int:
-        name = ((config["datasets"].get(key) or {}).get("dataset") or {}).get("name", key)
-        return BENCHMARKS[name].expected_counts["train_images"] if name in BENCHMARKS else 0
-
-    return max(dict.fromkeys(names), key=images)
+    return list(dict.fromkeys(names))
 
 
 def preflight_resources(config: Mapping[str, Any], experiments: Sequence[str]) -> dict[str, Any]:
-    """The preflight job's requests: those of a training job on the largest dataset, and its name."""
-    dataset = largest_dataset(config, experiments)
-    return {**train_request(config, dataset), "dataset": dataset}
+    """The preflight job's requests: each the largest of the training jobs' on the datasets the
+    experiments train on, so that every run shape it builds and steps fits (docs/preflight.md)."""
+    requests = [train_request(config, dataset) for dataset in trained_datasets(config, experiments)]
+    keys = dict.fromkeys(key for request in requests for key in request)
+    return {key: max(request[key] for request in requests if key in request) for key in keys}
 
 
 def run_rule(
