@@ -8,7 +8,12 @@ import sys
 # command -> (module, function, arguments put before the user's, one-line help)
 COMMANDS = {
     "prepare": ("dmlrepro.data.cli", "main", ["prepare"], "download, verify and prepare a dataset (NAME --root DIR)"),
-    "datasets": ("dmlrepro.data.cli", "main", ["list"], "list the datasets and whether they are prepared (--root DIR)"),
+    "datasets": (
+        "dmlrepro.data.cli",
+        "main",
+        ["datasets"],
+        "list the datasets and whether they are prepared (--root DIR)",
+    ),
     "fetch-weights": ("dmlrepro.models.cli", "main", [], "put pretrained backbone weights into the local cache"),
     "train": ("dmlrepro.train.cli", "train_main", [], "train one run: RUN_CONFIG OUTDIR (resumes if interrupted)"),
     "evaluate": ("dmlrepro.train.cli", "evaluate_main", [], "(re)compute a run's metrics: OUTDIR"),

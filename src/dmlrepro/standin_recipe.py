@@ -74,7 +74,13 @@ def recipe_hash(recipe: Mapping[str, Any] | None = None) -> str:
 
 def weights_file(folder: str | os.PathLike, recipe: Mapping[str, Any] | None = None) -> Path:
     """Where the weights of ``recipe`` live: ``<folder>/standin-<hash>.pt``."""
-    return Path(folder) / f"standin-{recipe_hash(recipe)}.pt"
+    return weights_file_of_hash(folder, recipe_hash(recipe))
+
+
+def weights_file_of_hash(folder: str | os.PathLike, digest: str) -> Path:
+    """The one spelling of a stand-in's weights path (``digest``: a recipe's hash, or a Snakemake
+    wildcard: rule pretrain_standin's output)."""
+    return Path(folder) / f"standin-{digest}.pt"
 
 
 def _recipe_of(config: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -1,5 +1,7 @@
 """The top-level `dmlrepro` command dispatches to the subpackages' front ends."""
 
+import pytest
+
 from dmlrepro.cli import COMMANDS, main
 from dmlrepro.losses import LOSS_NAMES
 
@@ -24,3 +26,13 @@ def test_losses_lists_every_loss(capsys):
 def test_datasets_passes_arguments_through(capsys, tmp_path):
     assert main(["datasets", "--root", str(tmp_path)]) == 0
     assert "synthetic" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", sorted(set(COMMANDS) - {"losses"}))
+def test_each_commands_help_names_the_command_a_user_types(command, capsys):
+    """`dmlrepro COMMAND --help` prints `usage: dmlrepro COMMAND`, the command that works, not a front end's own."""
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    assert exit_.value.code == 0
+    usage = " ".join(capsys.readouterr().out.split())
+    assert usage.startswith(f"usage: dmlrepro {command} "), usage[:120]

@@ -283,7 +283,7 @@ def test_cli(tmp_path, server, capsys):
         == 0
     )
     assert "images=12" in capsys.readouterr().out
-    assert cli_main(["list", "--root", str(tmp_path)]) == 0
+    assert cli_main(["datasets", "--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^cub200 +prepared ", out, re.M) and re.search(r"^sop +not prepared ", out, re.M)
     assert cli_main(["prepare", "cub200", "--root", str(tmp_path), "--seed", "3"]) == 2

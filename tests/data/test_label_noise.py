@@ -77,3 +77,15 @@ def test_dataset_label_override(manifest, tmp_path):
     assert (ds.labels != ds.true_labels).sum() == round(0.2 * len(ds))
     clean = ManifestDataset(manifest, split="test", label_override=out)
     assert np.array_equal(clean.labels, clean.true_labels)
+
+
+def test_the_rules_output_pattern_names_the_file_a_run_reads():
+    """Rule label_noise's output (wildcards, as Snakemake fills them) is the path the run reads."""
+    from snakemake.io import apply_wildcards
+
+    from dmlrepro.data.label_noise import label_noise_file, label_noise_path
+
+    pattern = str(label_noise_file("data", "{dataset}", "{rate}", "{seed}", "{mode}"))
+    run = {"root": "data", "name": "cub200", "label_noise": {"rate": 0.2, "seed": 0, "mode": "other"}}
+    filled = apply_wildcards(pattern, {"dataset": "cub200", "rate": "0.2", "seed": "0", "mode": "other"})
+    assert filled == str(label_noise_path(run)) == "data/cub200/label_noise/rate0.2_seed0_other.csv"

@@ -216,7 +216,7 @@ def test_cli(tmp_path, server, capsys):
     )
     out = capsys.readouterr().out
     assert "images=50" in out and "train_classes=10" in out and "test_classes=10" in out
-    assert cli_main(["list", "--root", root]) == 0
+    assert cli_main(["datasets", "--root", root]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^fashion_mnist +prepared +Fashion-MNIST: ", out, re.M)
     assert re.search(r"^mnist +not prepared +MNIST: .*ossci-datasets", out, re.M)

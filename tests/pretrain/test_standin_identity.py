@@ -70,3 +70,15 @@ def test_run_config_checks_the_recipe():
             resolve_run_config({"model": {"pretrained": "standin", "standin": bad}})
     # another pretrained value ignores the recipe (a preflight's random initialisation): no identity of its own
     assert resolve_run_config({"model": {"pretrained": False, "standin": {"epochs": 3}}})["model"]["standin"] is None
+
+
+def test_the_rules_output_pattern_names_the_file_a_run_loads(tmp_path):
+    """Rule pretrain_standin's output (its wildcard filled with a recipe's hash) is the run's weights file."""
+    from snakemake.io import apply_wildcards
+
+    from dmlrepro.standin_recipe import weights_file, weights_file_of_hash
+
+    recipe = next(iter(workflow_recipes(resolve_runs(_config(), EXPERIMENTS)).values()))
+    pattern = str(weights_file_of_hash(tmp_path, "{standin}"))
+    filled = apply_wildcards(pattern, {"standin": recipe_hash(recipe)})
+    assert filled == str(weights_file(tmp_path, recipe)) and filled.endswith(f"standin-{recipe_hash(recipe)}.pt")

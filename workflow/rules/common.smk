@@ -20,7 +20,7 @@ from dmlrepro.tuning.bayes import BEST_JSON, TRIALS_CSV
 from dmlrepro import jobserver
 from dmlrepro.report.claims import check_claims, load_catalogue, read_catalogue
 from dmlrepro.report.sections import check_report
-from dmlrepro.data.label_noise import label_noise_path
+from dmlrepro.data.label_noise import label_noise_file, label_noise_path
 from dmlrepro.scheduler_timers import cancel_pending_timers
 from dmlrepro.train.state import RunDir
 

@@ -18,7 +18,7 @@ rule label_noise:
     input:
         manifest=rules.prepare_dataset.output.manifest,
     output:
-        labels=f"{DATA}/{{dataset}}/label_noise/rate{{rate}}_seed{{seed}}_{{mode}}.csv",
+        labels=str(label_noise_file(DATA, "{dataset}", "{rate}", "{seed}", "{mode}")),
     log:
         LAYOUT.log("label_noise", "{dataset}_rate{rate}_seed{seed}_{mode}"),
     conda:

@@ -2,7 +2,12 @@
 # softmax classification on generated classes no run uses, content-addressed by the recipe's hash;
 # runs with model.pretrained: standin fine-tune from it (rule train and checkpoint search take the
 # file as input: run_weights; their run config gets its folder: with_folder, not part of the run id).
-from dmlrepro.standin_recipe import run_weights, with_folder, workflow_recipes
+from dmlrepro.standin_recipe import (
+    run_weights,
+    weights_file_of_hash,
+    with_folder,
+    workflow_recipes,
+)
 
 STANDIN = LAYOUT.standin_dir()
 STANDIN_RECIPES = workflow_recipes(TABLE.all_trained())  # recipe hash -> recipe
@@ -10,7 +15,7 @@ STANDIN_RECIPES = workflow_recipes(TABLE.all_trained())  # recipe hash -> recipe
 
 rule pretrain_standin:
     output:
-        weights=f"{STANDIN}/standin-{{standin}}.pt",
+        weights=str(weights_file_of_hash(STANDIN, "{standin}")),
     log:
         LAYOUT.log("pretrain_standin", "{standin}"),
     # first when it is ready: every fine-tuning run waits for it (docs/workflow.md#scheduling)

@@ -1,6 +1,6 @@
 """Prepare datasets outside the pipeline (e.g. on a login node with internet).
 
-python -m dmlrepro.data.cli list
+python -m dmlrepro.data.cli datasets
 python -m dmlrepro.data.cli prepare cub200 --root data
 python -m dmlrepro.data.cli prepare cars196 --root data --archive ~/dl/car_ims.tgz --archive ~/dl/cars_annos.mat
 python -m dmlrepro.data.cli prepare mnist --root data
@@ -24,7 +24,7 @@ from .registry import DATASETS, describe, load, prepare
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dmlrepro", description="Download, verify and prepare datasets.")
     sub = p.add_subparsers(dest="cmd", required=True)
-    ls = sub.add_parser("list", help="list datasets and whether they are prepared under --root")
+    ls = sub.add_parser("datasets", help="list datasets and whether they are prepared under --root")
     ls.add_argument("--root", default="data")
     pr = sub.add_parser("prepare", help="prepare one dataset: <root>/<name>/manifest.csv")
     pr.add_argument("name", choices=DATASETS)
@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.cmd == "list":
+    if args.cmd == "datasets":
         width = max(map(len, DATASETS))
         for name in DATASETS:
             state = "prepared" if is_prepared(args.root, name) else "not prepared"

@@ -54,8 +54,13 @@ def corrupt_labels(
 def label_noise_path(dataset_cfg: Mapping[str, Any]) -> Path:
     """Where the seeded noisy labels of a run's `dataset.label_noise` live: beside the dataset's manifest."""
     n = dataset_cfg["label_noise"]
-    name = f"rate{n['rate']:g}_seed{n['seed']}_{n['mode']}.csv"
-    return Path(dataset_cfg["root"]) / dataset_cfg["name"] / "label_noise" / name
+    return label_noise_file(dataset_cfg["root"], dataset_cfg["name"], f"{n['rate']:g}", n["seed"], n["mode"])
+
+
+def label_noise_file(root: str | os.PathLike, dataset: str, rate: str, seed: Any, mode: str) -> Path:
+    """The one spelling of a noisy-label file's path (`rate` printed as `{:g}` prints it, or a
+    Snakemake wildcard: rule label_noise's output)."""
+    return Path(root) / dataset / "label_noise" / f"rate{rate}_seed{seed}_{mode}.csv"
 
 
 def write_noisy_labels(

@@ -116,7 +116,7 @@ def check_report(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dmlrepro check-report", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="dmlrepro check-report", description=__doc__.split("\n\n")[0])
     parser.add_argument("index_html", help="the report, e.g. results/report/index.html")
     parser.add_argument("--screenshot", help="also write a full-page PNG screenshot here")
     parser.add_argument("--height", type=int, default=4000, help="screenshot height in pixels (default 4000)")
