@@ -11,8 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _config(train_requests: dict, experiments: dict) -> dict:
-    datasets = {name: {"dataset": {"name": name}} for name in ("cub200", "sop", "mnist")}
-    return {"datasets": datasets, "experiments": experiments, "resources": {"train": train_requests}}
+    return {"experiments": experiments, "resources": {"train": train_requests}}
 
 
 def test_each_request_is_the_largest_of_the_trained_datasets():
