@@ -1,13 +1,14 @@
 """The HTML report: one self-contained `index.html` (inline CSS, no scripts, no network) with the
-sections' figures copied beside it, rendered from reports/templates/index.html.j2 with Jinja. A section's
-`readings` become links to docs/readings (dmlrepro.report.readings)."""
+sections' figures copied beside it, rendered from reports/templates/index.html.j2 with Jinja. The page opens
+with the summary table (dmlrepro.report.summary); a section's `readings` become links to docs/readings
+(dmlrepro.report.readings)."""
 
 from __future__ import annotations
 
 import math
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import jinja2
 from dmlrepro.atomic import atomic_write_text
 
 from .readings import reading_links, readings_dir_of
+from .summary import summary_rows
 
 TEMPLATE = "index.html.j2"
 FIGURES = "figures"
@@ -43,12 +45,15 @@ def render_report(
     title: str = "dmlrepro report",
     readings_dir: str | os.PathLike | None = None,
     claims: Mapping[str, Any] | None = None,
+    not_run: Iterable[Mapping[str, str]] = (),
 ) -> None:
     """Copy every section's figures into `<out>/figures/` and write `out_html` last (atomically).
 
     `readings_dir`: the docs/readings the sections' `readings` link to (default: the one of the
-    repository whose reports/templates is `template_dir`)."""
+    repository whose reports/templates is `template_dir`). `not_run`: the experiments the workflow did not
+    build, each `{"experiment": name, "reason": text}`, shown in the summary table as "not run — reason"."""
     out_html = Path(out_html)
+    summary = summary_rows(sections, not_run)  # first: a malformed not_run entry fails before any copy
     if readings_dir is None:
         readings_dir = readings_dir_of(Path(template_dir).resolve().parents[1])
     sections = [
@@ -78,6 +83,11 @@ def render_report(
     env.filters["fmt"] = fmt
     env.filters["pvalue"] = pvalue
     html = env.get_template(TEMPLATE).render(
-        title=title, sections=sections, provenance=provenance, figures_dir=FIGURES, claims=claims
+        title=title,
+        summary=summary,
+        sections=sections,
+        provenance=provenance,
+        figures_dir=FIGURES,
+        claims=claims,
     )  # claims: report.claims
     atomic_write_text(out_html, html)
