@@ -121,6 +121,8 @@ def rule_violations(mini, paper, method, scale):
     check("optimizer.lr_mult.loss", opt["lr_mult"]["loss"], popt["lr_mult"]["loss"])
     check("bn_freeze", mini["bn_freeze"], paper["bn_freeze"])
     check("warmup_epochs", mini["warmup_epochs"], paper["warmup_epochs"])
+    check("grad_clip", mini["grad_clip"], paper["grad_clip"])  # PFML-R4: clipping is not scaled
+    check("schedule.name", mini["schedule"]["name"], paper["schedule"]["name"])
     check("loss.name", mini["loss"]["name"], paper["loss"]["name"])
     distance, sized = DISTANCE_KEYS.get(mini["loss"]["name"], {}), EMBEDDING_SIZED_KEYS.get(method, set())
     for key, want in paper["loss"]["hparams"].items():

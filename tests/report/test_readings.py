@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from dmlrepro.report.html import render_report
-from dmlrepro.report.readings import page_anchors, reading_links
+from dmlrepro.report.readings import consequential_anchors, page_anchors, reading_links
 
 ROOT = Path(__file__).resolve().parents[2]
 READINGS = ROOT / "docs" / "readings"
@@ -101,3 +101,21 @@ def test_every_reading_a_config_lists_exists(config):
         reading_links(readings, READINGS, ROOT / "results" / "report", f"experiments.{name}.report.readings")
     pfml = [name for name in listed if name.startswith("pfml_")]
     assert pfml and all(listed[name] for name in pfml), [name for name in pfml if not listed[name]]
+
+
+def test_an_entry_marks_itself_consequential(tmp_path):
+    page = tmp_path / "pfml.md"
+    page.write_text(
+        '# t\n\n**Consequential.** in the header counts for no entry\n\n<a id="pfml-r1"></a>\n### PFML-R1 — a\n\n'
+        'text **Consequential.** inside a line\n\n<a id="pfml-r2"></a>\n### PFML-R2 — b\n\n**Consequential.** yes\n'
+    )
+    assert consequential_anchors(page) == {"pfml-r2"}
+
+
+def test_the_readings_a_headline_number_rests_on_are_marked_consequential():
+    """Clipping, the schedule, δ and α, the miniature's training length, RSW's α scaling and ASAP's lr in
+    miniature: the paper is silent and the choice moves a headline number (docs/report.md#claims)."""
+    marked = set().union(*(consequential_anchors(page) for page in READINGS.glob("*.md")))
+    assert {"pfml-r4", "pfml-r15", "pfml-r22", "proto-r10", "rsw-r25", "asap-r40"} <= marked
+    links = reading_links(["pfml-r4", "pfml-r1"], READINGS, ROOT)
+    assert [link["consequential"] for link in links] == [True, False]
