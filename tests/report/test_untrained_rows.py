@@ -79,6 +79,27 @@ def test_runs_that_start_from_another_network_get_their_own_row(tmp_path):
     assert table["rows"][4]["cells"][0]["gain"] == pytest.approx(20.0)  # HIST: 31 − 11
 
 
+def test_one_seed_tables_show_the_untrained_value(tmp_path):
+    # one seed per cell: no spread anywhere, the untrained value alone (R@1 20 %, R@2 30 %), and the report prints it
+    same = [0.20, 0.22]
+    records = [r for r in _records({"pfml": same, "proxy_anchor": same, "hist": same}) if r["seed"] == 0]
+    aggregated = aggregate_runs(records, ["recall@1", "recall@2"])
+    section = build_section(
+        "t1", EXPERIMENT, aggregated, [], tmp_path / "s", reported_dir=ROOT / "config" / "reported", method_configs={}
+    )
+    untrained = section["table"]["rows"][0]
+    assert untrained["source"] == "untrained"
+    assert [(c["ours"], c["ours_std"]) for c in untrained["cells"]] == [
+        (pytest.approx(20.0), None),
+        (pytest.approx(30.0), None),
+    ]
+    assert section["table"]["rows"][1]["cells"][0]["gain"] == pytest.approx(20.0)  # PFML: 40 − 20
+    html = tmp_path / "index.html"
+    render_report([section], [tmp_path / "s"], provenance(ROOT, [], {}), html, ROOT / "reports" / "templates")
+    row = html.read_text().split(f'<tr class="untrained"><td class="label">{UNTRAINED_LABEL}</td>')[1].split("</tr>")[0]
+    assert "20.00" in row and "30.00" in row
+
+
 def test_no_untrained_evaluation_no_row(tmp_path):
     _, table = _table(tmp_path, {"pfml": None, "proxy_anchor": None, "hist": None})
     assert all(row["source"] != "untrained" for row in table["rows"])

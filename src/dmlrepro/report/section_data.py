@@ -390,8 +390,9 @@ def add_untrained_rows(table: dict, aggregated: pd.DataFrame, methods: Mapping[s
             },
         )
         first = members[0]
-        means, spreads = _untrained(first, table["columns"], "mean"), _untrained(first, table["columns"], suffix)
-        for cell, column, mean, spread in zip(row["cells"], table["columns"], means, spreads):
+        means = _untrained(first, table["columns"], "mean")
+        spreads = _untrained(first, table["columns"], suffix) or [None] * len(means)  # one seed: no spread at all
+        for cell, column, mean, spread in zip(row["cells"], table["columns"], means, spreads, strict=True):
             if column["ours_dataset"] == dataset and mean is not None:
                 cell.update(
                     ours=paper_units(column["metric"], mean),
