@@ -43,6 +43,12 @@ COMMANDS = {
         [],
         "build and step every run shape on this node; project the cost",
     ),
+    "plan": (
+        "dmlrepro.plan",
+        "main",
+        [],
+        "a target's jobs, GPU-hours and datasets before submitting it: [TARGET ...] --configfile FILE",
+    ),
 }
 
 

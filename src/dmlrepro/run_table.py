@@ -75,6 +75,11 @@ class ResultsLayout:
         """A file of the rendered report (index.html, claims.json)."""
         return f"{self.report_dir()}/{name}"
 
+    def target_report(self, target: str, name: str | None = None) -> str:
+        """The report of one workflow target (a paper or an experiment: rule target_report), or its file `name`."""
+        folder = f"{self.results}/targets/{target}"
+        return f"{folder}/{name}" if name else folder
+
     def standin_dir(self) -> str:
         """The ImageNet stand-in's weights (dmlrepro.standin_recipe)."""
         return f"{self.results}/standin"

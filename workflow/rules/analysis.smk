@@ -80,6 +80,7 @@ rule report:
         "../envs/dmlrepro-cpu.yaml"
     params:
         experiments=EXPERIMENTS,  # the sections' order
+        not_run=SELECTION.not_run(),  # the active experiments left out or built in part, and why
         title=config["title"],
         claims_scale=config["claims"]["scale"] if CLAIMS else None,
         reported_dir=REPORTED,

@@ -16,6 +16,7 @@ from dmlrepro.job_requests import (
 from dmlrepro.data.registry import expected_train_images
 from dmlrepro.preflight.projection import planned_images
 from dmlrepro.run_table import ResultsLayout, RunTable, reported_tables, run_record
+from dmlrepro.selection import select
 from dmlrepro.tuning.bayes import BEST_JSON, TRIALS_CSV
 from dmlrepro import jobserver
 from dmlrepro.report.claims import check_claims, load_catalogue, read_catalogue
@@ -37,10 +38,12 @@ if "claims" in config:
 
 DATA = config["data_root"]
 LAYOUT = ResultsLayout(config["results"], DATA)  # where every output lives
+# the experiments built: the active ones (config opt_in) on the datasets selected (config only_datasets)
+# that can be prepared here; the others are listed in the report as not run (dmlrepro.selection)
+SELECTION = select(config)
 # runs, searches (experiments with `search:` train inside their search: rule search) and the final
 # stages' runs, which join once their searches are known
-TABLE = RunTable(config)
-# the experiments built: without the opt-in experiments not chosen (config opt_in)
+TABLE = RunTable(SELECTION.config, SELECTION.experiments)
 EXPERIMENTS = TABLE.experiments
 check_train_requests(config)
 
