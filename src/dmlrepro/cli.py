@@ -53,21 +53,57 @@ COMMANDS = {
 
 
 def losses_main(argv: list[str]) -> int:
-    from dmlrepro.losses import BASELINES, LOSS_NAMES  # deferred: imports torch
+    """`dmlrepro losses`: each loss config can name, its paper, where its code comes from and its defaults."""
+    import argparse
 
-    for name in LOSS_NAMES:
-        spec = BASELINES.get(name)
-        source = f"pytorch-metric-learning {spec.pml_class}" if spec else "dmlrepro (written from the paper)"
-        print(f"{name:20s} {source}")
-        if spec and spec.note:
-            print(f"{'':20s}   {spec.note}")
+    parser = argparse.ArgumentParser(
+        prog="dmlrepro losses",
+        description="List the losses a run config can name (loss.name), each with its paper, where its code "
+        "comes from (written from the paper, a port of the official code, a library) and the hyperparameters "
+        "a run gets when loss.hparams leaves them out. A loss of your own: loss.name: package.module:ClassName "
+        "(docs/tasks/own-loss.md).",
+    )
+    parser.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="only these losses; an import path package.module:ClassName checks and shows a loss of yours",
+    )
+    args = parser.parse_args(argv)
+    from dmlrepro.losses import BASELINES, loss_names, loss_spec  # deferred: imports torch
+    from dmlrepro.losses.registry import ORIGINS
+
+    for name in args.names or loss_names():
+        try:
+            spec = loss_spec(name)
+        except ValueError as error:
+            print(f"dmlrepro losses: {error}", file=sys.stderr)
+            return 2
+        baseline = BASELINES.get(name)
+        origin = ORIGINS[spec.origin] + (f" (pytorch-metric-learning {baseline.pml_class})" if baseline else "")
+        print(f"{name:20s} {spec.paper.citation}")
+        print(f"{'':20s}   {origin}")
+        defaults = ", ".join(f"{key}={value!r}" for key, value in spec.defaults().items()) or "none"
+        print(f"{'':20s}   defaults: {defaults}")
+        if baseline and baseline.note:
+            print(f"{'':20s}   {baseline.note}")
     return 0
+
+
+def version() -> str:
+    """The installed package's version (pyproject.toml's [project] version)."""
+    from importlib.metadata import PackageNotFoundError, version as installed
+
+    try:
+        return installed("dmlrepro")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed: pip install -e .)"
 
 
 def usage() -> str:
     lines = ["usage: dmlrepro COMMAND [ARGS ...]", "", "commands:"]
     lines += [f"  {name:14s} {help_}" for name, (_, _, _, help_) in COMMANDS.items()]
-    lines += ["", "`dmlrepro COMMAND --help` describes a command's arguments."]
+    lines += ["", "`dmlrepro COMMAND --help` describes a command's arguments; `dmlrepro --version` the version."]
     return "\n".join(lines)
 
 
@@ -75,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
+        return 0
+    if argv[0] == "--version":
+        print(f"dmlrepro {version()}")
         return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:

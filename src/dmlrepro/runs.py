@@ -263,18 +263,47 @@ def read_workflow_config(path: str | Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`dmlrepro runs [--config FILE] [--experiment NAME ...]`: the runs the experiments resolve to."""
-    parser = argparse.ArgumentParser(prog="dmlrepro runs", description=main.__doc__)
-    parser.add_argument("--config", default="config/config.yaml", help="workflow config (default: config/config.yaml)")
-    parser.add_argument("--experiment", action="append", help="only this experiment (repeatable)")
-    parser.add_argument("--schema", default=str(SCHEMA), help=f"the workflow's config schema (default: {SCHEMA})")
+    """`dmlrepro runs [--configfile FILE ...] [--experiment NAME ...]`: the runs the experiments resolve to."""
+    parser = argparse.ArgumentParser(
+        prog="dmlrepro runs",
+        description="List the runs a workflow config's experiments resolve to: each run id and the experiments "
+        "that share it (docs/workflow.md#config).",
+    )
+    parser.add_argument(
+        "--configfile",
+        dest="configfiles",
+        nargs="+",
+        default=["config/config.yaml"],
+        metavar="FILE",
+        help="workflow config(s); several are merged in order as snakemake --configfile merges them "
+        "(default: config/config.yaml)",
+    )
+    # the former spelling, kept working for scripts; hidden: --configfile is the one spelling of every command
+    parser.add_argument("--config", dest="configfiles", nargs="+", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--experiment",
+        action="append",
+        metavar="NAME",
+        help="only this experiment (repeatable; default: every active one)",
+    )
+    parser.add_argument(
+        "--schema",
+        default=str(SCHEMA),
+        help="the workflow's config schema (default: workflow/schemas/config.schema.yaml of this checkout)",
+    )
     args = parser.parse_args(argv)
+    config: dict[str, Any] = {}
+    for path in args.configfiles:
+        try:
+            config = deep_merge(config, read_workflow_config(path))
+        except ExperimentError as error:
+            print(f"dmlrepro runs: {path}: {error}")
+            return 2
     try:
-        config = read_workflow_config(args.config)
         validate_workflow_config(config, args.schema)
         runs = resolve_runs(config, args.experiment)
     except ExperimentError as error:
-        print(f"dmlrepro runs: {args.config}: {error}")
+        print(f"dmlrepro runs: {' '.join(args.configfiles)}: {error}")
         return 2
     for run in runs.values():
         shared = ", ".join(f"{name}{' ' + str(point) if point else ''}" for name, point in run.experiments.items())

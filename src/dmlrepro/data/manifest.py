@@ -120,7 +120,7 @@ def read_manifest(path: str | os.PathLike, root: str | os.PathLike | None = None
     if not path.is_file():
         raise ManifestError(
             f"{path}: manifest not found; prepare the dataset first "
-            f"(python -m dmlrepro.data.cli prepare NAME --root DIR)"
+            f"(dmlrepro prepare NAME --root DIR)"
         )
     with open(path, newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh)

@@ -205,6 +205,6 @@ def load_prepared(root: str | os.PathLike, name: str) -> Manifest:
         raise ManifestError(
             f"{manifest.source} does not match {info_path} ({bad}): the manifest is truncated "
             f"or was edited; prepare the dataset again (delete {manifest.source}, or "
-            f"`python -m dmlrepro.data.cli prepare {name} --root {root} --force`)"
+            f"`dmlrepro prepare {name} --root {root} --force`)"
         )
     return manifest

@@ -214,6 +214,8 @@ def _register_baselines() -> None:
             build=functools.partial(build_baseline, name),
             proxies=baseline.proxies,
             numeric_hparams=numeric,
+            origin="library",
+            hparam_defaults=baseline.defaults,
         )
 
 

@@ -67,7 +67,7 @@ class HGNN(nn.Module):
         return g @ self.theta2(h)
 
 
-@register_loss("hist", paper=HIST, lr_groups=lambda loss: loss.linked_lr_groups())
+@register_loss("hist", paper=HIST, lr_groups=lambda loss: loss.linked_lr_groups(), origin="official code")
 class HISTLoss(nn.Module):
     """L_D + λ_s·CE of the HGNN's node classification. Defaults: the code's argparse defaults.
 

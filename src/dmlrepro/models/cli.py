@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from .backbones import BACKBONES, resolve_backbone_name
-from .weights import WEIGHTS, WeightsError, default_cache_dir, fetch_weights, get_weight_spec
+from .weights import WEIGHTS, WeightsError, fetch_weights, get_weight_spec
 
 __all__ = ["main", "add_arguments", "run", "build_parser"]
 
@@ -26,8 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--cache-dir",
         default=None,
-        help="weight cache directory (default: $DMLREPRO_WEIGHTS or ~/.cache/dmlrepro/weights; "
-        f"now {default_cache_dir()})",
+        help="weight cache directory (default: $DMLREPRO_WEIGHTS or ~/.cache/dmlrepro/weights)",
     )
     parser.add_argument("--url", default=None, help="download from this URL instead (one NAME only)")
     parser.add_argument(

@@ -7,8 +7,7 @@
 Each ``*_main(argv)`` returns the exit code: 0 success (a diverged run is a success: its
 metrics.json says ``"status": "diverged"``), 1 runtime error (missing data/weights, ...),
 2 bad config or arguments, 75 (``EX_TEMPFAIL``) stopped by SIGTERM/SIGUSR1/SIGUSR2 after writing a
-checkpoint (rerun the same command to resume). ``python -m dmlrepro.train.cli train|evaluate|launch``
-works too.
+checkpoint (rerun the same command to resume).
 """
 
 from __future__ import annotations
@@ -91,7 +90,7 @@ def train_main(argv: Sequence[str] | None = None) -> int:
 
 def evaluate_main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="dmlrepro evaluate", description="(Re)compute OUTDIR/metrics.json.")
-    p.add_argument("outdir")
+    p.add_argument("outdir", help="a run directory `dmlrepro train` wrote (its config.yaml and checkpoints)")
     p.add_argument("--device", default=None, help="override the run's device for recomputing embeddings")
     args = p.parse_args(argv)
     from .run_evaluation import evaluate_run  # deferred: imports torch
@@ -144,9 +143,9 @@ class TrainJob:
 
 def launch_main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="dmlrepro launch", description="Submit one run through submitit (SLURM).")
-    p.add_argument("run_config")
-    p.add_argument("outdir")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("run_config", help="YAML run config (see docs/training.md)")
+    p.add_argument("outdir", help="run directory the job writes (as `dmlrepro train OUTDIR`)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key (YAML value)")
     p.add_argument(
         "--executor",
         choices=("slurm", "local", "debug", "auto"),
@@ -154,12 +153,17 @@ def launch_main(argv: Sequence[str] | None = None) -> int:
         help="auto = SLURM if available, else local",
     )
     p.add_argument("--folder", default=None, help="submitit log folder (default OUTDIR/submitit)")
-    p.add_argument("--partition", default=None)
-    p.add_argument("--gpus", type=int, default=1)
-    p.add_argument("--cpus", type=int, default=8)
-    p.add_argument("--mem-gb", type=int, default=32)
-    p.add_argument("--timeout-min", type=int, default=240)
-    p.add_argument("--max-requeue", type=int, default=5)
+    p.add_argument("--partition", default=None, help="SLURM partition (default: the cluster's)")
+    p.add_argument("--gpus", type=int, default=1, help="GPUs of the job (default: 1)")
+    p.add_argument("--cpus", type=int, default=8, help="CPUs of the job (default: 8)")
+    p.add_argument("--mem-gb", type=int, default=32, help="memory of the job in GB (default: 32)")
+    p.add_argument("--timeout-min", type=int, default=240, help="the job's time limit in minutes (default: 240)")
+    p.add_argument(
+        "--max-requeue",
+        type=int,
+        default=5,
+        help="times SLURM requeues the job after its time limit; it resumes from its checkpoint (default: 5)",
+    )
     p.add_argument("--wait", action="store_true", help="wait for the job and print its result")
     args = p.parse_args(argv)
     try:
@@ -201,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {"train": train_main, "evaluate": evaluate_main, "launch": launch_main}
     if not argv or argv[0] not in commands:
-        print(f"usage: python -m dmlrepro.train.cli {{{'|'.join(commands)}}} ...", file=sys.stderr)
+        print(f"usage: dmlrepro {{{'|'.join(commands)}}} ...", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING)
     return commands[argv[0]](argv[1:])

@@ -150,6 +150,27 @@ class Number:
 
 
 @dataclass(frozen=True)
+class LossName:
+    """``loss.name``: a registered loss (``dmlrepro losses``), or the import path ``package.module:ClassName`` of
+    a loss of your own declared with ``register_loss`` (imported here, which imports torch; docs/tasks/own-loss.md)."""
+
+    def __call__(self, key: str, value: Any) -> Any:
+        if isinstance(value, str) and ":" in value:
+            from dmlrepro.losses.registry import import_loss  # deferred: imports torch, only for a user's loss
+
+            try:
+                import_loss(value)
+            except ValueError as error:
+                reason = str(error).removeprefix(f"loss {value!r}: ")
+                raise ConfigError(f"run config: {key} = {value!r}: {reason}") from None
+            return value
+        return Choice("dmlrepro.config_names:LOSS_NAMES")(key, value)
+
+    def describe(self) -> str:
+        return "a name in `dmlrepro.config_names.LOSS_NAMES`, or an import path `package.module:ClassName`"
+
+
+@dataclass(frozen=True)
 class Flag:
     """``true`` or ``false``; with ``auto`` also the string "auto" (resolved at run time)."""
 

@@ -24,6 +24,7 @@ from .config_checks import (
     Choice,
     Custom,
     Flag,
+    LossName,
     Number,
     Record,
     adam_betas,
@@ -112,7 +113,7 @@ KEYS: tuple[Key, ...] = (
         True,
         Flag(),
         "embedded datasets (`synthetic`, `digits`) are generated on first use (reused if prepared with the same "
-        "`params`); benchmarks must be prepared beforehand (`python -m dmlrepro.data.cli prepare NAME --root ROOT`)",
+        "`params`); benchmarks must be prepared beforehand (`dmlrepro prepare NAME --root ROOT`)",
         runtime=True,
     ),
     Key(
@@ -270,7 +271,13 @@ KEYS: tuple[Key, ...] = (
     Key("model.weights_sha256", None, _unchecked("digest, or `null`"), "weight digest override"),
     Key("model.backbone_kwargs", {}, AnyMapping(), "passed to the trunk builder (e.g. `tiny_cnn` `widths`, `strides`)"),
     # -- loss
-    Key("loss.name", "pfml", Choice("dmlrepro.config_names:LOSS_NAMES"), "the loss (`dmlrepro losses` lists them)"),
+    Key(
+        "loss.name",
+        "pfml",
+        LossName(),
+        "the loss (`dmlrepro losses` lists them), or a loss of your own declared with `register_loss`: "
+        "`package.module:ClassName`, importable where the runs run ([Your own loss](tasks/own-loss.md))",
+    ),
     Key(
         "loss.hparams",
         {},

@@ -45,7 +45,7 @@ def open_manifest(dataset_cfg: dict[str, Any]):
     except Exception as e:
         raise FileNotFoundError(
             f"dataset {name!r} is not prepared under {root!r} ({e}); run "
-            f"`python -m dmlrepro.data.cli prepare {name} --root {root}` first"
+            f"`dmlrepro prepare {name} --root {root}` first"
         ) from None
 
 
