@@ -118,10 +118,7 @@ def read_manifest(path: str | os.PathLike, root: str | os.PathLike | None = None
     if path.is_dir():
         path = path / MANIFEST_NAME
     if not path.is_file():
-        raise ManifestError(
-            f"{path}: manifest not found; prepare the dataset first "
-            f"(dmlrepro prepare NAME --root DIR)"
-        )
+        raise ManifestError(f"{path}: manifest not found; prepare the dataset first (dmlrepro prepare NAME --root DIR)")
     with open(path, newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh)
         try:

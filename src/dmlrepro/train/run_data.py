@@ -44,8 +44,7 @@ def open_manifest(dataset_cfg: dict[str, Any]):
         return data.load(name, root)
     except Exception as e:
         raise FileNotFoundError(
-            f"dataset {name!r} is not prepared under {root!r} ({e}); run "
-            f"`dmlrepro prepare {name} --root {root}` first"
+            f"dataset {name!r} is not prepared under {root!r} ({e}); run `dmlrepro prepare {name} --root {root}` first"
         ) from None
 
 
