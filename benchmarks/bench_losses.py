@@ -12,8 +12,10 @@ CUB (N=100 classes, M=15 proxies per class) and SOP (N=11,318, M=2), batch 100, 
 The two methods' steps alternate (same batches), so a load change on a shared machine hits both.
 Reports the median and mean (amortised: neighbour-list refreshes included) step time, PFML's first
 step (it builds the proxy neighbour list), the ratio to Proxy-Anchor, the most resident memory one
-call (construction or a step) of each method added while it ran, and how many neighbour-list rows
-PFML searched again per step; `--json` also keeps every timed step.
+call (construction or a step) of each method added while it ran, how many neighbour-list rows
+PFML searched again per step, and per window of `--window` timed steps the pairs the list held and
+the largest proxy norm; `--json` also keeps every timed step. `--search-dtype` forces the precision of
+PFML's near-pair searches (default: the loss's own choice, `search_precision.py`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import psutil
 import torch
 
 from dmlrepro.losses import build_loss
-from dmlrepro.losses.search_precision import cpu_has_native_bfloat16, search_dtype_on
+from dmlrepro.losses.search_precision import cpu_bfloat16_speedup, search_dtype_on
 
 SCALES = {"cub": {"num_classes": 100, "proxies_per_class": 15}, "sop": {"num_classes": 11318, "proxies_per_class": 2}}
 
@@ -74,7 +76,7 @@ class Method:
 
     def __init__(self, name, scale, args):
         self.name, self.scale, self.args = name, scale, args
-        self.times, self.rows, self.pairs, self.peak_mb = [], [], [], 0.0
+        self.times, self.rows, self.pairs, self.norms, self.peak_mb = [], [], [], [], 0.0
         torch.manual_seed(0)
         kwargs = (
             {
@@ -83,6 +85,7 @@ class Method:
                 "alpha": args.alpha,
                 "pair_search": args.pair_search,
                 "skin": args.skin,
+                "search_dtype": None if args.search_dtype == "auto" else getattr(torch, args.search_dtype),
             }
             if name == "pfml"
             else {}
@@ -118,6 +121,7 @@ class Method:
                 stats = self.loss.neighbour_stats()
                 self.rows.append(stats["rows_refreshed"])
                 self.pairs.append(stats["pairs"])
+                self.norms.append(float(self.loss.proxies.detach().norm(dim=1).max()))
 
     def result(self):
         times = self.times
@@ -136,6 +140,8 @@ class Method:
                 rows_refreshed_max=max(self.rows),
                 proxies=self.scale["num_classes"] * self.scale["proxies_per_class"],
                 pairs_mean=statistics.fmean(self.pairs),
+                pairs=self.pairs,
+                max_proxy_norm=self.norms,
             )
         return result
 
@@ -147,6 +153,23 @@ def run_interleaved(scale, args):
         for method in methods:
             method.step(step, z, y)
     return [method.result() for method in methods]
+
+
+def print_windows(anchor, pfml, window):
+    """Per window of timed steps: both methods' mean step, the ratio, and what PFML's list did."""
+    print(
+        "| timed steps | ProxyAnchor mean ms | PFML mean ms | ratio | rows searched (mean) | pairs held (max) "
+        "| largest proxy norm |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for start in range(0, len(pfml["step_ms"]), window):
+        part = slice(start, start + window)
+        a, p = statistics.fmean(anchor["step_ms"][part]), statistics.fmean(pfml["step_ms"][part])
+        print(
+            f"| {start + 1}–{start + len(pfml['step_ms'][part])} | {a:.0f} | {p:.0f} | {p / a:.2f}x "
+            f"| {statistics.fmean(pfml['rows_refreshed'][part]):.0f} | {max(pfml['pairs'][part])} "
+            f"| {max(pfml['max_proxy_norm'][part]):.2f} |"
+        )
 
 
 def main(argv=None):
@@ -162,16 +185,21 @@ def main(argv=None):
     parser.add_argument("--alpha", type=float, default=4.0)
     parser.add_argument("--pair-search", default="auto", choices=["auto", "dense", "neighbour"])
     parser.add_argument("--skin", type=float, default=None, help="PFML neighbour-list skin (default: δ/10)")
+    parser.add_argument(
+        "--search-dtype", default="auto", choices=["auto", "float32", "bfloat16"], help="PFML's search precision"
+    )
+    parser.add_argument("--window", type=int, default=20, help="timed steps per window of the per-window table")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    search = args.search_dtype if args.search_dtype != "auto" else str(search_dtype_on(torch.device("cpu")))[6:]
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, D {args.dim}, "
         f"Adam lr {args.lr} wd {args.weight_decay}, {args.steps} timed steps after {args.warmup}; "
-        f"CPU capability {torch.backends.cpu.get_cpu_capability()}, native bfloat16 {cpu_has_native_bfloat16()}: "
-        f"PFML searches in {search_dtype_on(torch.device('cpu'))}"
+        f"CPU capability {torch.backends.cpu.get_cpu_capability()}, "
+        f"bfloat16 search chunk {cpu_bfloat16_speedup():.2f}x faster than float32: PFML searches in {search}"
     )
     results = []
     for scale_name in args.scales:
@@ -195,6 +223,7 @@ def main(argv=None):
             f"neighbour-list rows searched per step: mean {pfml['rows_refreshed_mean']:.0f}, "
             f"max {pfml['rows_refreshed_max']} of {pfml['proxies']}; pairs held: mean {pfml['pairs_mean']:.0f}"
         )
+        print_windows(anchor, pfml, args.window)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)

@@ -8,10 +8,10 @@ import torch
 from dmlrepro.losses import CPMLLoss, PFMLLoss
 from dmlrepro.losses.distances import (
     raised_threshold,
+    search_bound,
     search_columns,
-    search_rounding_bound,
     search_rows,
-    squared_distance_estimates,
+    squared_distance_lower_bounds,
 )
 from dmlrepro.losses.neighbour_list import NeighbourList
 
@@ -162,28 +162,36 @@ def test_jumps_next_to_points_that_use_their_allowance():
     "dtype,roundoff", [(torch.bfloat16, 2.0**-8), (torch.float32, 2.0**-24), (torch.float32, 2.0**-11)]
 )
 @pytest.mark.parametrize("scale", [0.05, 1.0, 6.0])
-def test_search_error_is_within_its_bound(scale, dtype, roundoff):
-    """The GEMM's error against float64 distances stays within the bound, and the bound is not vacuous.
+def test_search_gives_lower_bounds_within_each_pairs_bound(scale, dtype, roundoff):
+    """Against float64 distances the GEMM's results are lower bounds, each within twice its own pair's bound
+    (from the pair's two norms, rows of norms spread over 20x), and the bound is not vacuous.
 
     roundoff 2^-11 is a float32 GEMM whose inputs are rounded to TF32 (CUDA with TF32 allowed),
     emulated here by rounding the inputs to 10 explicit mantissa bits before the float32 GEMM."""
     g = torch.Generator().manual_seed(1)
-    a, b = torch.randn(300, 512, generator=g) * scale / 22, torch.randn(500, 512, generator=g) * scale / 22
+    spread = torch.logspace(-1, 0.3, 300)[:, None]  # row norms from 0.1 to 2 times the scale
+    a, b = torch.randn(300, 512, generator=g) * spread * scale / 22, torch.randn(500, 512, generator=g) * scale / 22
     b[:50] = a[:50] + 1e-3 * torch.randn(50, 512, generator=g)  # near pairs, where cancellation is worst
-    rows, columns = search_rows(a, dtype), search_columns(b, dtype)
+    bound = search_bound(512, dtype, roundoff)
+    rows, columns = search_rows(a, bound), search_columns(b, bound)
     if roundoff == 2.0**-11:
         rows, columns = round_to_tf32(rows), round_to_tf32(columns)
-    x = squared_distance_estimates(rows, columns).double()
+    lower = squared_distance_lower_bounds(rows, columns).double()
     exact = torch.cdist(a.double(), b.double()).pow(2)
-    bound = search_rounding_bound(float(a.norm(dim=1).max()), float(b.norm(dim=1).max()), 512, dtype, roundoff)
-    error = (x - exact).abs().max().item()
-    assert 0 < error <= bound
+    na, nb = a.double().norm(dim=1)[:, None], b.double().norm(dim=1)[None, :]
+    own = bound.k_sq * (na**2 + nb**2) + bound.k_x * na * nb  # each pair's bound
+    v = bound.output_roundoff  # the result is stored in `dtype`: relative rounding
+    assert (torch.where(lower > 0, lower / (1 + v), lower) <= exact).all()
+    assert (lower >= exact - 2 * own - v * (exact + 2 * own) - 1e-12).all()
+    assert (bound.distance_lower_bound(lower.to(dtype)).double() ** 2 <= exact * (1 + 1e-6)).all()
+    error = ((exact - lower) - own).abs() / own  # the GEMM's own error, relative to the pair's bound
     if roundoff > 2.0**-24:  # input rounding dominates: the bound is within 50x of the worst error seen
-        assert error > bound / 50
+        assert error.max() > 1 / 50
     else:  # float32: the worst-case accumulation term dominates, yet it widens the search negligibly
-        assert bound < 1e-3 * (float(a.norm(dim=1).max()) + float(b.norm(dim=1).max())) ** 2
+        assert (own < 1e-3 * (na + nb) ** 2).all()
     for t in (0.3, 1.7, 123.4, 1e-3 + 1e-9):
         assert torch.tensor(raised_threshold(t, dtype), dtype=dtype).double() >= t
+        assert torch.tensor(bound.threshold(t), dtype=dtype).double() >= t * (1 + bound.output_roundoff)
 
 
 def round_to_tf32(x):

@@ -6,34 +6,44 @@ import pytest
 import torch
 
 from dmlrepro.losses import PFMLLoss, search_precision as sp
-from dmlrepro.losses.distances import search_rounding_bound
+from dmlrepro.losses.distances import search_bound
 from dmlrepro.losses.neighbour_list import NeighbourList
 
 from test_neighbour_list import brute_near_pairs
 
 
 @pytest.mark.parametrize(
-    "device_type,native,expected",
+    "device_type,speedup,expected",
     [
-        ("cpu", True, torch.bfloat16),
-        ("cpu", False, torch.float32),
-        ("cuda", True, torch.float32),
-        ("cuda", False, torch.float32),
-        ("mps", True, torch.float32),
+        ("cpu", 3.0, torch.bfloat16),
+        ("cpu", sp.BFLOAT16_SPEEDUP * 0.99, torch.float32),
+        ("cpu", 0.3, torch.float32),  # bfloat16 emulated: several times slower
+        ("cuda", None, torch.float32),
+        ("cuda", 3.0, torch.float32),
+        ("mps", 3.0, torch.float32),
     ],
 )
-def test_bfloat16_only_on_cpus_that_multiply_it_natively(device_type, native, expected):
-    assert sp.search_dtype_for(device_type, native) == expected
+def test_bfloat16_only_on_cpus_where_it_was_measured_faster(device_type, speedup, expected):
+    assert sp.search_dtype_for(device_type, speedup) == expected
 
 
-def test_cpu_probe_falls_back_to_the_instruction_set_flags(monkeypatch):
-    for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
-        monkeypatch.delattr(torch.cpu, name, raising=False)
-    for flags, native in (({"avx2", "fma"}, False), ({"avx512f", "avx512_bf16"}, True), ({"amx_bf16"}, True)):
-        monkeypatch.setattr(sp, "cpu_flags", lambda flags=flags: flags)
-        sp.cpu_has_native_bfloat16.cache_clear()
-        assert sp.cpu_has_native_bfloat16() is native
-    sp.cpu_has_native_bfloat16.cache_clear()
+def test_cpu_speedup_is_measured_once_per_process(monkeypatch):
+    """The choice is the measurement's, not the instruction-set flags': it runs once, then is cached."""
+    sp.cpu_bfloat16_speedup.cache_clear()
+    calls = []
+    real = torch.Tensor.to
+
+    def counting(self, *args, **kwargs):
+        calls.append(args)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", counting)
+    first = sp.cpu_bfloat16_speedup()
+    measured = len(calls)
+    assert first > 0 and measured > 0
+    assert sp.search_dtype_on(torch.device("cpu")) == sp.search_dtype_for("cpu", first)
+    assert sp.cpu_bfloat16_speedup() == first and len(calls) == measured  # cached: nothing runs again
+    assert sp.search_dtype_on(torch.device("cuda")) == torch.float32
 
 
 @pytest.mark.parametrize(
@@ -86,10 +96,12 @@ def test_every_row_search_finds_every_near_pair_once(dtype):
         out[first, second] = out[second, first] = False
         nearest_left_out = d.masked_fill(~out, float("inf")).amin(1)
         assert (nlist.gap.double() <= nearest_left_out).all()
-        # and tightly: the estimate is within `bound` of the truth, and the gap subtracts `bound` once more
+        # and tightly: each result is within twice its pair's bound of the truth, the gap a rounding below it
+        bound = search_bound(dim, dtype, sp.input_roundoff(dtype, points.device))
         max_norm = float(points.norm(dim=1).max())
-        bound = search_rounding_bound(max_norm, max_norm, dim, dtype, sp.input_roundoff(dtype, points.device))
-        assert (nlist.gap.double().square() >= nearest_left_out.square() - 2 * bound - 1e-6).all()
+        own = (2 * bound.k_sq + bound.k_x) * max_norm**2
+        floor = (nearest_left_out.square() - 2 * own) * (1 - 2 * bound.output_roundoff) - 1e-6
+        assert (nlist.gap.double().square() >= floor).all()
 
 
 def test_loss_is_bit_identical_whatever_the_search_precision():

@@ -4,28 +4,76 @@ Distances for the losses clamp the squared distance *before* the square root (do
 the RSW code's Model.py): at coincident points the clamp's gradient is 0, so the finite derivative of sqrt at
 `eps2` is multiplied by 0 and no NaN appears.
 
+The distances' matrix products run in full float32 (TF32 off, backward included): the dense path gives the
+same numbers on every GPU, and the same as the near-pair path up to float32 rounding.
+
 Near-pair searches only decide which pairs enter an exact evaluation, so they run as one GEMM in the
-device's fastest exact-enough precision (`search_precision.py`: bfloat16 on CPUs with native bfloat16,
-float32 elsewhere) with the squared radius widened by a rigorous rounding bound: rounding can add
-candidates, never drop one.
+search precision (`search_precision.py`) that returns, for each pair, ‖a − b‖² minus a rigorous bound
+on that pair's rounding error (from its own two norms): rounding can add candidates, never drop one.
 """
 
 from __future__ import annotations
+
+import contextlib
+import dataclasses
 
 import torch
 
 EPS2 = 1e-12
 
 
+@contextlib.contextmanager
+def full_float32_matmuls():
+    """Float32 matrix products in IEEE float32 inside, TF32 off, the previous setting restored on exit: the loss's
+    distances are then the same on every GPU, whatever `speed.tf32` (docs/losses.md#one-number-on-every-device).
+    Set through the API that set it, as `evaluation.knn.exact_float32` does: the CUDA flag `allow_tf32` (the
+    engine's), or `torch.set_float32_matmul_precision` where a caller lowered it (torch refuses to read one API
+    after the other was used)."""
+    matmul = torch.backends.cuda.matmul
+    lowered = getattr(getattr(torch.backends.mkldnn, "matmul", None), "fp32_precision", "none") not in ("none", "ieee")
+    before = torch.get_float32_matmul_precision() if lowered else matmul.allow_tf32
+    if lowered:
+        torch.set_float32_matmul_precision("highest")
+    else:
+        matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        if lowered:
+            torch.set_float32_matmul_precision(before)
+        else:
+            matmul.allow_tf32 = before
+
+
+class _Float32Product(torch.autograd.Function):
+    """a @ bᵀ, forward and backward under `full_float32_matmuls` (its gradients are products of the same kind)."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        with full_float32_matmuls():
+            return a @ b.transpose(-1, -2)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        return float32_product(grad, b.transpose(-1, -2)), float32_product(grad.transpose(-1, -2), a.transpose(-1, -2))
+
+
+def float32_product(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """(..., P, D), (..., Q, D) -> (..., P, Q) = a @ bᵀ in full float32 on every device, gradients included."""
+    return _Float32Product.apply(a, b)
+
+
 def pairwise_distances(a: torch.Tensor, b: torch.Tensor, eps2: float = EPS2) -> torch.Tensor:
     """(..., P, D), (..., Q, D) -> (..., P, Q) Euclidean distances, expanded form ‖a‖² + ‖b‖² − 2 a·b."""
-    d2 = (a * a).sum(-1, keepdim=True) + (b * b).sum(-1).unsqueeze(-2) - 2.0 * (a @ b.transpose(-1, -2))
+    d2 = (a * a).sum(-1, keepdim=True) + (b * b).sum(-1).unsqueeze(-2) - 2.0 * float32_product(a, b)
     return d2.clamp_min(eps2).sqrt()
 
 
 def self_distances(x: torch.Tensor, eps2: float = EPS2) -> torch.Tensor:
     """(..., P, D) -> (..., P, P) distances within a set, from one Gram matrix (norms on its diagonal)."""
-    gram = x @ x.transpose(-1, -2)
+    gram = float32_product(x, x)
     sq = gram.diagonal(dim1=-2, dim2=-1)
     return (sq.unsqueeze(-1) + sq.unsqueeze(-2) - 2.0 * gram).clamp_min(eps2).sqrt()
 
@@ -36,41 +84,69 @@ def paired_distances(a: torch.Tensor, b: torch.Tensor, eps2: float = EPS2) -> to
     return (diff * diff).sum(-1).clamp_min(eps2).sqrt()
 
 
-def search_rows(a: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """(P, D) -> (P, D + 2) rows [−2a, ‖a‖², 1] in `dtype`: against `search_columns(b)` one GEMM gives ‖a − b‖²."""
+@dataclasses.dataclass(frozen=True)
+class SearchBound:
+    """How far a search GEMM may err, folded into it so that it returns lower bounds on ‖a − b‖².
+
+    For ‖a‖ = A, ‖b‖ = B the GEMM's error is at most k_sq·(A² + B²) + k_x·A·B (`search_bound`); rows
+    and columns carry −k_sq·A², −k_x·A and B, so the product is ‖a − b‖² minus that pair's own bound:
+    a bound from the pair's norms, not from the largest norm of all rows. The result is stored in
+    `dtype` (unit roundoff `output_roundoff`, relative to the stored value, which near the cut-off is
+    the cut-off itself)."""
+
+    k_sq: float
+    k_x: float
+    dtype: torch.dtype
+    output_roundoff: float
+
+    def threshold(self, squared_radius: float) -> float:
+        """Compare the stored lower bounds with `<` against this to keep every pair with ‖a − b‖² < squared_radius."""
+        return raised_threshold(squared_radius * (1 + self.output_roundoff), self.dtype)
+
+    def distance_lower_bound(self, stored: torch.Tensor) -> torch.Tensor:
+        """A lower bound on ‖a − b‖ from a stored lower bound on ‖a − b‖² (its output rounding undone)."""
+        return (stored.float().clamp_min(0) / (1 + self.output_roundoff)).sqrt()
+
+
+def search_bound(dim: int, dtype: torch.dtype, input_roundoff: float) -> SearchBound:
+    """The error bound of the search GEMM (rigorous, with a 1.5× margin), as coefficients of A² + B² and A·B.
+
+    With the GEMM's inputs rounded to unit roundoff u (`search_precision.input_roundoff`) and float32
+    accumulation (ε₃₂): rounding a and b moves 2·a·b by at most 2(2u + u²)AB (Cauchy–Schwarz); the
+    norms, summed in float32, scaled and rounded, by (u + (D + 1)·ε₃₂)(A² + B²); accumulating the
+    D + 3 terms, whose magnitudes sum to at most (A + B)²(1 + u)²(1 + k) with k = k_sq + k_x ≤ 0.1,
+    adds (D + 3)·ε₃₂ times that. The folded terms' own rounding, 2(u + ε₃₂) of them, lies within
+    the margin. The output's rounding (relative) is handled by `SearchBound.threshold` and
+    `distance_lower_bound`."""
+    u, eps32 = input_roundoff, torch.finfo(torch.float32).eps
+    accumulation = (dim + 3) * eps32 * (1 + u) ** 2 * 1.1
+    k_sq = 1.5 * (u + (dim + 1) * eps32 + accumulation)
+    k_x = 1.5 * (2 * (2 * u + u * u) + 2 * accumulation)
+    if k_sq + k_x > 0.1:
+        raise ValueError(f"search_bound: inputs with unit roundoff {u} in {dim} dimensions are too coarse to search")
+    return SearchBound(k_sq, k_x, dtype, torch.finfo(dtype).eps / 2)
+
+
+def search_rows(a: torch.Tensor, bound: SearchBound) -> torch.Tensor:
+    """(P, D) -> (P, D + 3) rows [−2a, (1 − k_sq)‖a‖², 1, −k_x‖a‖]: against `search_columns(b)` one GEMM gives
+    ‖a − b‖² minus the pair's error bound (`SearchBound`)."""
     a = a.detach().float()
-    return torch.cat([-2.0 * a, a.square().sum(1, keepdim=True), torch.ones_like(a[:, :1])], 1).to(dtype)
+    sq = a.square().sum(1, keepdim=True)
+    return torch.cat([-2.0 * a, (1 - bound.k_sq) * sq, torch.ones_like(sq), -bound.k_x * sq.sqrt()], 1).to(bound.dtype)
 
 
-def search_columns(b: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """(Q, D) -> (Q, D + 2) columns [b, 1, ‖b‖²] in `dtype` (see `search_rows`)."""
+def search_columns(b: torch.Tensor, bound: SearchBound) -> torch.Tensor:
+    """(Q, D) -> (Q, D + 3) columns [b, 1, (1 − k_sq)‖b‖², ‖b‖] (see `search_rows`)."""
     b = b.detach().float()
-    return torch.cat([b, torch.ones_like(b[:, :1]), b.square().sum(1, keepdim=True)], 1).to(dtype)
+    sq = b.square().sum(1, keepdim=True)
+    return torch.cat([b, torch.ones_like(sq), (1 - bound.k_sq) * sq, sq.sqrt()], 1).to(bound.dtype)
 
 
-def squared_distance_estimates(rows: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
-    """(P, Q) estimates of ‖a_i − b_j‖² from `search_rows(a)`, `search_columns(b)`: one GEMM, within
-    `search_rounding_bound` of the truth."""
+def squared_distance_lower_bounds(rows: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """(P, Q) lower bounds on ‖a_i − b_j‖² from `search_rows(a)`, `search_columns(b)`: one GEMM, each within
+    twice its pair's error bound of the truth (before the output's rounding)."""
     with torch.no_grad():
         return rows @ columns.T
-
-
-def search_rounding_bound(
-    a_max_norm: float, b_max_norm: float, dim: int, dtype: torch.dtype, input_roundoff: float
-) -> float:
-    """Bound on |estimate − ‖a − b‖²| of `squared_distance_estimates` (rigorous, with a 1.5× margin).
-
-    With the GEMM's inputs rounded to unit roundoff u (`search_precision.input_roundoff`), float32
-    accumulation and the output stored in `dtype` (unit roundoff v), for ‖a‖ ≤ A, ‖b‖ ≤ B:
-    rounding a and b moves 2·a·b by at most 2(2u + u²)AB (Cauchy–Schwarz); the norms, summed in
-    float32 and rounded, by (u + D·ε₃₂)(A² + B²); accumulating D + 2 terms whose magnitudes sum to at
-    most (A + B)²(1 + u)² adds (D + 2)·ε₃₂ times that; storing the result adds v·(A + B)²(1 + u)².
-    """
-    u, v, eps32 = input_roundoff, torch.finfo(dtype).eps / 2, torch.finfo(torch.float32).eps
-    a, b = a_max_norm, b_max_norm
-    spread = (a + b) ** 2 * (1 + u) ** 2
-    error = 2 * (2 * u + u * u) * a * b + (u + dim * eps32) * (a * a + b * b) + ((dim + 2) * eps32 + v) * spread
-    return 1.5 * error + 1e-12
 
 
 def raised_threshold(threshold: float, dtype: torch.dtype) -> float:

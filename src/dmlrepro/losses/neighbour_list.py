@@ -8,9 +8,10 @@ so we keep a Verlet list (as in molecular dynamics) refreshed per point:
 * the list holds every different-class pair with ‖R_a − R_b‖ < radius + 2·skin;
 * gap_a is a lower bound on ‖R_a − R_b‖ over the different-class b *not* in the list;
 * point a may move (gap_a − radius)/2 ≥ skin away from R_a; beyond that its row is searched
-  again against all current references (cost: rows × N·M × D, one GEMM in the device's search
-  precision, `search_precision.py`). When more than half of the rows are due, every row is searched
-  instead, each pair once (rows against the columns from their own index on): half the pairs' work.
+  again against all current references (cost: rows × N·M × D, one GEMM in the search precision,
+  `search_precision.py`, giving each pair a lower bound on its squared distance, `distances.SearchBound`).
+  When more than half of the rows are due, every row is searched instead, each pair once (rows
+  against the columns from their own index on): half the pairs' work.
 
 Why it is exact: a pair (a, b) outside the list was last measured between the current R_a and R_b
 (a new reference re-measures every pair of its point), so ‖R_a − R_b‖ ≥ max(gap_a, gap_b), and
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from .distances import raised_threshold, search_columns, search_rounding_bound, search_rows, squared_distance_estimates
+from .distances import search_bound, search_columns, search_rows, squared_distance_lower_bounds
 from .search_precision import input_roundoff, search_dtype_on
 
 
@@ -45,7 +46,7 @@ class NeighbourList:
             search_dtype,
         )
         self.reference: torch.Tensor | None = None
-        self.gap = self.first = self.second = self.columns = None
+        self.gap = self.first = self.second = self.columns = self.bound = None
         self.stats = {"rows_refreshed": 0, "pairs": 0, "rebuilds": 0}
 
     def pairs(
@@ -58,11 +59,16 @@ class NeighbourList:
         None when the list would hold more than `max_pairs` pairs (the next call rebuilds it).
         """
         points = points.detach().float()
-        n = points.shape[0]
-        if self.reference is None or self.reference.shape != points.shape or self.reference.device != points.device:
-            dtype = self.search_dtype or search_dtype_on(points.device)
-            self.reference = points.clone()
-            self.columns = search_columns(self.reference, dtype)
+        n, dtype = points.shape[0], self.search_dtype or search_dtype_on(points.device)
+        bound = search_bound(points.shape[1], dtype, input_roundoff(dtype, points.device))
+        if (
+            self.reference is None
+            or self.reference.shape != points.shape
+            or self.reference.device != points.device
+            or bound != self.bound
+        ):
+            self.reference, self.bound = points.clone(), bound  # a new device or matmul precision: a new bound
+            self.columns = search_columns(self.reference, bound)
             self.gap = torch.full((n,), float("inf"), device=points.device)
             self.first = self.second = torch.empty(0, dtype=torch.long, device=points.device)
             rows = torch.arange(n, device=points.device)
@@ -94,25 +100,23 @@ class NeighbourList:
         self.reference = self.columns = None
 
     def _refresh(self, points: torch.Tensor, labels: torch.Tensor, rows: torch.Tensor, max_pairs: int | None) -> bool:
-        n, device, dtype = points.shape[0], points.device, self.columns.dtype
+        n, device, bound = points.shape[0], points.device, self.bound
         every_row = rows.numel() == n  # then each chunk meets only the columns from its first row on
         self.reference[rows] = points[rows]
-        self.columns[rows] = search_columns(points[rows], dtype)
+        self.columns[rows] = search_columns(points[rows], bound)
         in_rows = torch.zeros(n, dtype=torch.bool, device=device)
         in_rows[rows] = True
         keep = ~(in_rows[self.first] | in_rows[self.second])
         firsts, seconds = [self.first[keep]], [self.second[keep]]
         held = int(keep.sum())
         self.gap[rows] = float("inf")
-        max_norm = float(torch.linalg.vector_norm(self.reference, dim=-1).max())
-        bound = search_rounding_bound(max_norm, max_norm, points.shape[1], dtype, input_roundoff(dtype, device))
-        threshold = raised_threshold((self.radius + 2.0 * self.skin) ** 2 + bound, dtype)
+        threshold = bound.threshold((self.radius + 2.0 * self.skin) ** 2)
         class_start = torch.searchsorted(labels, labels, side="left")  # first row of each row's class
         class_size = torch.searchsorted(labels, labels, side="right") - class_start
         for start in range(0, rows.numel(), self.chunk_rows):
             chunk = rows[start : start + self.chunk_rows]
             offset = int(chunk[0]) if every_row else 0
-            x = squared_distance_estimates(search_rows(self.reference[chunk], dtype), self.columns[offset:])
+            x = squared_distance_lower_bounds(search_rows(self.reference[chunk], bound), self.columns[offset:])
             own = int(class_size[chunk].max())  # same-class pairs are evaluated separately
             r = torch.arange(len(chunk), device=device)[:, None].expand(-1, own)
             c = class_start[chunk][:, None] + torch.arange(own, device=device)[None, :]
@@ -134,8 +138,7 @@ class NeighbourList:
                 x[ri, ci] = float("inf")  # the gaps bound the pairs left out
                 row_min[hot] = x[hot].amin(1)
             # lower bounds on the distances of the pairs left out, for the per-point allowance
-            self.gap[chunk] = torch.minimum(self.gap[chunk], (row_min.float() - bound).clamp_min(0).sqrt())
-            column_min = (x.amin(0).float() - bound).clamp_min(0).sqrt()
-            self.gap[offset:] = torch.minimum(self.gap[offset:], column_min)
+            self.gap[chunk] = torch.minimum(self.gap[chunk], bound.distance_lower_bound(row_min))
+            self.gap[offset:] = torch.minimum(self.gap[offset:], bound.distance_lower_bound(x.amin(0)))
         self.first, self.second = torch.cat(firsts), torch.cat(seconds)
         return True

@@ -37,12 +37,11 @@ from .base import check_embeddings, full_precision
 from .distances import (
     paired_distances,
     pairwise_distances,
-    raised_threshold,
+    search_bound,
     search_columns,
-    search_rounding_bound,
     search_rows,
     self_distances,
-    squared_distance_estimates,
+    squared_distance_lower_bounds,
 )
 from .neighbour_list import NeighbourList
 from .registry import Proxies
@@ -207,6 +206,7 @@ class PotentialFieldLoss(nn.Module):
             self.delta_rep, self.delta_rep / 10 if skin is None else skin, search_dtype=search_dtype
         )
         self.pair_path = None  # how the last call evaluated the proxy–proxy block: "dense", "neighbour", "chunked"
+        self._paths_taken: set[str] = set()  # "dense" / "neighbour_list" per different-class block, every call
         self._listed_pairs_fit = True
 
     def _initial_proxies(self, proxy_init: str, std: float | None) -> torch.Tensor:
@@ -262,6 +262,7 @@ class PotentialFieldLoss(nn.Module):
                 if sparse_zp or pairs is not None:
                     zp, pp = self._near_terms(z, y, q, far, sparse_zp, pairs)
                     u_zp, u_pp = u_zp + zp, u_pp + pp
+                self._paths_taken |= {"neighbour_list" if near else "dense" for near in (sparse_zp, pairs is not None)}
             energy = u_zz + 2.0 * u_zp + u_pp  # eq. (6): each sample–proxy pair appears in both fields
             if self.reduction == "mean":
                 energy = energy / (z.shape[0] + q.shape[0])
@@ -342,15 +343,9 @@ class PotentialFieldLoss(nn.Module):
             own = (y[:, None] * m + torch.arange(m, device=q.device)).flatten()  # each sample's class proxies
             with torch.no_grad():
                 dtype = self.search_dtype or search_dtype_on(q.device)
-                bound = search_rounding_bound(
-                    float(torch.linalg.vector_norm(z, dim=-1).max()),
-                    float(torch.linalg.vector_norm(q, dim=-1).max()),
-                    z.shape[1],
-                    dtype,
-                    input_roundoff(dtype, q.device),
-                )
-                x = squared_distance_estimates(search_rows(z, dtype), search_columns(q, dtype))
-                near = x < raised_threshold(self.delta_rep**2 + bound, dtype)
+                bound = search_bound(z.shape[1], dtype, input_roundoff(dtype, q.device))
+                x = squared_distance_lower_bounds(search_rows(z, bound), search_columns(q, bound))
+                near = x < bound.threshold(self.delta_rep**2)
                 near &= y[:, None] != labels[None, :]
                 i, a = torch.nonzero(near, as_tuple=True)
         sparse_pp = pairs is not None
@@ -386,6 +381,16 @@ class PotentialFieldLoss(nn.Module):
 
     def _repulsion_excess(self, q, first, second, far):
         return (self.repulsion(paired_distances(q[first], q[second])) - far).sum()
+
+    @property
+    def pair_search_path(self) -> str | None:
+        """How the different-class pairs (sample–proxy, proxy–proxy) were evaluated over every call so far:
+        "dense" (every pair, from full distance matrices, in row chunks or not), "neighbour_list" (near pairs
+        only, `pair_search`), "mixed" (both), None before the first call with proxies. For metrics.json: the
+        two paths agree up to float32 rounding (tests/losses/test_pfml_paths.py)."""
+        if len(self._paths_taken) > 1:
+            return "mixed"
+        return next(iter(self._paths_taken), None)
 
     def neighbour_stats(self) -> dict[str, int]:
         """Rows refreshed and pairs held by the proxy–proxy neighbour list at the last forward."""

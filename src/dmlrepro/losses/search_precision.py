@@ -1,62 +1,61 @@
 """The precision of the near-pair searches' GEMM on a device, and the unit roundoff of its inputs.
 
-The searches (`distances.py`) only pick candidates for an exact evaluation, with the squared radius
-widened by a rounding bound for the GEMM's precision, so every precision yields the same pairs and
-the choice is one of speed (docs/losses.md#search-precision):
+The searches (`distances.py`) only pick candidates for an exact evaluation: each pair's result is a
+lower bound on its squared distance, from a rounding bound on its own two norms, so every precision
+yields the same loss to the bit and the choice is one of speed (docs/losses.md#search-precision):
 
-* x86 CPU with AVX-512 BF16 or AMX: bfloat16, which those units multiply natively;
-* any other CPU: float32 (without bfloat16 units a bfloat16 GEMM is emulated, several times slower);
+* CPU: bfloat16 only where a search chunk in bfloat16 (GEMM, comparison, minima) is measured at
+  least BFLOAT16_SPEEDUP times faster than in float32, once per process; float32 elsewhere. Not by
+  the instruction-set flags: a bfloat16 search is wider (its bound, ~100x float32's, lets in more
+  candidates and lowers the gaps, so more rows fall due), and the GEMM alone says nothing of that;
+  the margin is what the end-to-end measurement asks
+  (docs/benchmarks.md#pfml-search-precision-on-a-cpu-with-bfloat16-units).
 * CUDA and other accelerators: float32. cuBLAS may reduce bfloat16 GEMMs in reduced precision
   (`torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction`, on by default), which no
   input-rounding bound covers; a float32 GEMM accumulates in float32, and where TF32 is allowed its
   inputs are rounded to TF32, which `input_roundoff` accounts for.
-
-The CPU probe reads the instruction-set flags once per process.
 """
 
 from __future__ import annotations
 
 import functools
-import platform
+import time
 
 import torch
 
-BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo names of native bfloat16 dot products
 TF32_ROUNDOFF = 2.0**-11  # TensorFloat32 keeps 10 explicit mantissa bits
 BF16_ROUNDOFF = 2.0**-8
+BFLOAT16_SPEEDUP = 2.0  # a bfloat16 search chunk must be this much faster than float32's to be chosen
+PROBE_SHAPE = (256, 4096, 514)  # rows, columns, D + 3 of the measured chunk (PFML at D = 512)
 
 
-def search_dtype_for(device_type: str, cpu_bf16_native: bool) -> torch.dtype:
-    """bfloat16 only on a CPU that multiplies it natively, float32 everywhere else (module docstring)."""
-    return torch.bfloat16 if device_type == "cpu" and cpu_bf16_native else torch.float32
+def search_dtype_for(device_type: str, cpu_speedup: float | None) -> torch.dtype:
+    """bfloat16 only on a CPU where it was measured BFLOAT16_SPEEDUP times faster, float32 everywhere else."""
+    use_bfloat16 = device_type == "cpu" and cpu_speedup is not None and cpu_speedup >= BFLOAT16_SPEEDUP
+    return torch.bfloat16 if use_bfloat16 else torch.float32
 
 
 @functools.cache
-def cpu_has_native_bfloat16() -> bool:
-    """Whether this CPU has bfloat16 dot-product instructions (AVX-512 BF16 or AMX), probed once."""
-    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    if all(callable(probe) for probe in probes):
-        return any(probe() for probe in probes)
-    return bool(set(BF16_CPU_FLAGS) & cpu_flags())
-
-
-def cpu_flags() -> set[str]:
-    """The CPU's instruction-set flags from /proc/cpuinfo (empty where there is none)."""
-    if platform.system() != "Linux":
-        return set()
-    try:
-        with open("/proc/cpuinfo") as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    return set(line.partition(":")[2].split())
-    except OSError:
-        pass
-    return set()
+def cpu_bfloat16_speedup() -> float:
+    """float32's time over bfloat16's for one search chunk on this CPU (best of three each, interleaved), once."""
+    g = torch.Generator().manual_seed(0)
+    rows, columns, dim = PROBE_SHAPE
+    a, b = torch.randn(rows, dim, generator=g), torch.randn(columns, dim, generator=g)
+    best = {torch.float32: float("inf"), torch.bfloat16: float("inf")}
+    for _ in range(3):
+        for dtype in best:
+            x, y = a.to(dtype), b.to(dtype)
+            start = time.perf_counter()
+            with torch.no_grad():
+                product = x @ y.T
+                (product < 0.5).any(), product.amin(1), product.amin(0)
+            best[dtype] = min(best[dtype], time.perf_counter() - start)
+    return best[torch.float32] / best[torch.bfloat16]
 
 
 def search_dtype_on(device: torch.device) -> torch.dtype:
     """The near-pair search GEMM's dtype on `device`."""
-    return search_dtype_for(device.type, device.type == "cpu" and cpu_has_native_bfloat16())
+    return search_dtype_for(device.type, cpu_bfloat16_speedup() if device.type == "cpu" else None)
 
 
 def float32_matmul_roundoff(settings) -> float:
