@@ -1,7 +1,8 @@
 """dmlrepro.report.browser (`dmlrepro check-report`) in headless Chromium: a clean page passes; a
 broken image, a script that throws, a script that does not load, a rejected promise and a
-console.error, in the page or in another script file, are each caught (a required integration
-check: tests/conftest.py `require`)."""
+console.error, in the page or in another script file, are each caught, and so is content cut off at
+the window's width (a scrolling table, the page itself, a table inside a closed <details>); where the
+first table starts is measured (a required integration check: tests/conftest.py `require`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ CLEAN = """<!doctype html><html><head><title>report</title><script src="app.js">
 <body><h1>report</h1><img src="fig.png"><script>console.log("a log line"); console.warn("a warning");</script>
 {plant}</body></html>"""
 APP = "console.info('app loaded');\n"
+SCROLLING = "display:block;overflow-x:auto;max-width:100%"  # the report's tables: a scrolling box
+WIDE = '<td style="white-space:nowrap">' + "a long failing check text " * 100 + "</td>"
 
 #: what is planted -> what the check must report (key, an excerpt of the entry)
 PLANTS = {
@@ -42,7 +45,23 @@ PLANTS = {
         "console_errors",
         "unhandled rejection: Error: nope",
     ),
+    "table cut off in its scrolling box": (
+        f'<section id="wide"><table style="{SCROLLING}"><tr>{WIDE}</tr></table></section>',
+        "overflowing",
+        "<table> in #wide: ",
+    ),
+    "page wider than the window": (
+        '<div style="width:3000px">wide</div>',
+        "overflowing",
+        "px wide in a 1400 px window",
+    ),
+    "table cut off in a closed details": (
+        f'<details><summary>more</summary><table style="{SCROLLING}"><tr>{WIDE}</tr></table></details>',
+        "overflowing",
+        "<table>: ",
+    ),
 }
+FAILURES = ("broken", "console_errors", "overflowing")
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +85,15 @@ def _report(folder, plant: str = "") -> str:
 
 def test_a_clean_report_passes(chromium, tmp_path, capsys):
     index = _report(tmp_path / "clean")
-    assert check_report(index) == {"images": 1, "broken": [], "console_errors": []}  # log and warn are not errors
+    result = check_report(index)
+    assert {k: result[k] for k in ("images", *FAILURES, "first_table")} == {
+        "images": 1,
+        "broken": [],
+        "console_errors": [],  # log and warn are not errors
+        "overflowing": [],
+        "first_table": None,
+    }
+    assert result["window"][0] == 1400
     assert main([index]) == 0
     assert sorted(p.name for p in (tmp_path / "clean").iterdir()) == [
         "app.js",
@@ -82,12 +109,23 @@ def test_each_planted_fault_is_caught(chromium, tmp_path, plant):
     html, key, excerpt = PLANTS[plant]
     index = _report(tmp_path / "report", html)
     result = check_report(index)
-    other = "console_errors" if key == "broken" else "broken"
-    assert any(excerpt in entry for entry in result[key]) and result[other] == [], result
+    assert any(excerpt in entry for entry in result[key]), result
+    assert all(result[other] == [] for other in FAILURES if other != key), result
     assert main([index]) == 1
 
 
 def test_a_screenshot_is_written(chromium, tmp_path):
     index = _report(tmp_path / "report")
     check_report(index, tmp_path / "shot.png", height=600)
-    assert Image.open(tmp_path / "shot.png").size == (1300, 600)
+    assert Image.open(tmp_path / "shot.png").size == (1400, 600)
+    check_report(index, tmp_path / "wide.png", height=500, width=1000)
+    assert Image.open(tmp_path / "wide.png").size == (1000, 500)
+
+
+@pytest.mark.parametrize("above", [100, 3000])
+def test_where_the_first_table_starts(chromium, tmp_path, above):
+    table = f'<div style="height:{above}px"></div><section id="s"><table><tr><td>1</td></tr></table></section>'
+    result = check_report(_report(tmp_path / "report", table))
+    first, window = result["first_table"], result["window"]
+    assert first["in"] == "<table> in #s" and above <= first["top"] <= above + 100  # below <h1> and the image
+    assert (first["top"] < window[1]) == (above < 500), (first, window)  # on the first screen or not

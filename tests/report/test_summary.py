@@ -10,6 +10,8 @@ import pytest
 from dmlrepro.report import provenance, render_report
 from dmlrepro.report.summary import summary_rows
 
+from ..conftest import require
+
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "reports" / "templates"
 
@@ -106,3 +108,34 @@ def test_the_page_leads_with_the_summary(tmp_path):
     assert "not run — SOP is not prepared (dmlrepro prepare sop)" in table
     nav = text[text.index("<nav>") : text.index("</nav>")]
     assert nav.count("<a ") == 2  # Summary, Provenance: the sections are linked from the summary, not from here
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    from dmlrepro.report.browser import find_chromium
+
+    require(None if find_chromium() else "chromium is not on PATH (.ci/install-chromium installs it)")
+
+
+def test_the_summary_is_on_the_first_screen_and_nothing_is_cut_off(chromium, tmp_path):
+    """A report the embedded default's size (45 sections, the Claims with a not-testable claim naming long
+    failing checks) in a 1,400 px window: the summary table starts on the first screen; nothing overflows."""
+    from dmlrepro.report.browser import check_report
+    from dmlrepro.report.claims import claims_section, load_catalogue, load_check_ranges
+
+    catalogue = ROOT / "config" / "claims.yaml"
+    claims = claims_section(
+        load_catalogue(catalogue), "miniature", {}, ROOT / "config" / "reported", load_check_ranges(catalogue)
+    )
+    claims["claims"][0].update(
+        verdict="not testable at this scale",
+        test_verdict="holds",
+        failing_checks=["beats_untrained (Proxy Anchor, CUB-200-2011): R@1 +0.4 over epoch 0, expected > +2 " * 4] * 3,
+    )
+    sections = [_section(f"experiment_{i}") for i in range(45)]
+    html = tmp_path / "index.html"
+    render_report(sections, [tmp_path] * 45, provenance(ROOT, [], {}), html, TEMPLATES, claims=claims)
+    result = check_report(html, width=1400)
+    assert result["broken"] == result["console_errors"] == result["overflowing"] == [], result
+    assert result["first_table"]["in"] == "<table> in #summary"
+    assert result["first_table"]["top"] < result["window"][1], result  # on the first screen

@@ -307,8 +307,11 @@ def test_report_loads_in_chromium(chromium, finished, tmp_path):
     from dmlrepro.report.browser import check_report
 
     html = (finished / "results/report/index.html").read_text()
-    result = check_report(finished / "results/report/index.html", tmp_path / "report.png")
-    assert result == {"images": len(re.findall(r'<img src="', html)), "broken": [], "console_errors": []}
+    result = check_report(finished / "results/report/index.html", tmp_path / "report.png", width=1400)
+    images = len(re.findall(r'<img src="', html))
+    assert (result["images"], result["broken"], result["console_errors"], result["overflowing"]) == (images, [], [], [])
+    # the summary table opens the page: on the first screen of a 1,400 px window
+    assert result["first_table"]["in"] == "<table> in #summary" and result["first_table"]["top"] < result["window"][1]
     assert (tmp_path / "report.png").stat().st_size > 10_000
 
 

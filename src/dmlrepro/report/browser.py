@@ -1,13 +1,15 @@
 """Check a built report in headless Chromium: every image loads, no script fails, nothing is
-logged as an error, and optionally a screenshot.
+logged as an error, nothing is cut off at the window's width, and optionally a screenshot of the
+first screen.
 
-`dmlrepro check-report results/report/index.html [--screenshot FILE]`. Chromium opens a copy of
-the report (beside it, so its relative links resolve) whose first script, before any of the
-report's own, records every `console.error` call, every uncaught exception or rejected promise
-and every element that fails to load (a script, a stylesheet), from whichever script or file it
-comes; after the load event it lists the images whose naturalWidth is 0 and writes its findings
-into the page, which `--dump-dom` returns. (Chromium's own log cannot tell an error from a
-`console.log`: it prints both as INFO:CONSOLE.)"""
+`dmlrepro check-report results/report/index.html [--screenshot FILE] [--width 1400]`. Chromium opens
+a copy of the report (beside it, so its relative links resolve) in a window of that size, whose first
+script, before any of the report's own, records every `console.error` call, every uncaught exception
+or rejected promise and every element that fails to load (a script, a stylesheet), from whichever
+script or file it comes; after the load event it lists the images whose naturalWidth is 0, what
+overflows (the page wider than the window, a scrolling box whose content is wider than the box) and
+where the first table starts and writes its findings into the page, which `--dump-dom` returns.
+(Chromium's own log cannot tell an error from a `console.log`: it prints both as INFO:CONSOLE.)"""
 
 from __future__ import annotations
 
@@ -42,9 +44,23 @@ PROBE = """<script>
   window.addEventListener("load", function () {
     const images = Array.from(document.images);
     const broken = images.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.getAttribute("src"));
+    const name = (e) => {
+      const section = e.closest("section[id]");
+      return `<${e.tagName.toLowerCase()}>` + (section ? ` in #${section.id}` : "");
+    };
+    const table = document.querySelector("table");
+    const first = table ? {top: Math.round(table.getBoundingClientRect().top + window.scrollY), in: name(table)} : null;
+    const overflowing = [];
+    const page = document.documentElement.scrollWidth;
+    if (page > window.innerWidth) overflowing.push(`the page: ${page} px wide in a ${window.innerWidth} px window`);
+    for (const e of document.body.querySelectorAll("*")) {  // a scrolling box whose content is cut off, in a closed <details> too
+      if (getComputedStyle(e).overflowX !== "visible" && e.scrollWidth > e.clientWidth + 1)
+        overflowing.push(`${name(e)}: ${e.scrollWidth} px of content in ${e.clientWidth} px`);
+    }
     const out = document.createElement("pre");
     out.id = "dmlrepro-check";
-    out.textContent = JSON.stringify({images: images.length, broken: broken, console_errors: errors});
+    out.textContent = JSON.stringify({images: images.length, broken: broken, console_errors: errors,
+      overflowing: overflowing, window: [window.innerWidth, window.innerHeight], first_table: first});
     document.body.appendChild(out);
   });
 })();
@@ -67,10 +83,21 @@ def with_probe(page: str) -> str:
     return page[: head.end()] + PROBE + page[head.end() :]
 
 
+#: the window: 1,400 px wide, one laptop screen high
+WIDTH, HEIGHT = 1400, 900
+
+
 def check_report(
-    index_html: str | os.PathLike, screenshot: str | os.PathLike | None = None, height: int = 4000, timeout: float = 120
+    index_html: str | os.PathLike,
+    screenshot: str | os.PathLike | None = None,
+    height: int = HEIGHT,
+    timeout: float = 120,
+    width: int = WIDTH,
 ) -> dict:
-    """{"images": n, "broken": [src...], "console_errors": [message...]} for the report at `index_html`."""
+    """The report at `index_html` in a `width` × `height` window: {"images": n, "broken": [src...],
+    "console_errors": [message...], "overflowing": [what is cut off...], "window": [width, height],
+    "first_table": {"top": px from the page's top, "in": "<table> in #section"} or None}; `screenshot`:
+    a PNG of that window (the first screen)."""
     browser = find_chromium()
     if browser is None:
         raise FileNotFoundError("no chromium found on PATH (apt-get install chromium)")
@@ -83,7 +110,14 @@ def check_report(
         checked.close()
         try:
             dom = subprocess.run(
-                [browser, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", Path(checked.name).as_uri()],
+                [
+                    browser,
+                    *FLAGS,
+                    f"--user-data-dir={profile}",
+                    f"--window-size={width},{height}",
+                    "--dump-dom",
+                    Path(checked.name).as_uri(),
+                ],
                 capture_output=True,
                 text=True,
                 timeout=timeout,
@@ -104,7 +138,7 @@ def check_report(
                     browser,
                     *FLAGS,
                     f"--user-data-dir={profile}",
-                    f"--window-size=1300,{height}",
+                    f"--window-size={width},{height}",
                     f"--screenshot={Path(screenshot).resolve()}",
                     index_html.as_uri(),
                 ],
@@ -118,8 +152,11 @@ def check_report(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dmlrepro check-report", description=__doc__.split("\n\n")[0])
     parser.add_argument("index_html", help="the report, e.g. results/report/index.html")
-    parser.add_argument("--screenshot", help="also write a full-page PNG screenshot here")
-    parser.add_argument("--height", type=int, default=4000, help="screenshot height in pixels (default 4000)")
+    parser.add_argument("--screenshot", help="also write a PNG of the first screen (the window) here")
+    parser.add_argument("--width", type=int, default=WIDTH, help=f"window width in pixels (default {WIDTH})")
+    parser.add_argument(
+        "--height", type=int, default=HEIGHT, help=f"window height in pixels, the first screen (default {HEIGHT})"
+    )
     args = parser.parse_args(argv)
     if not Path(args.index_html).is_file():
         print(
@@ -129,14 +166,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        result = check_report(args.index_html, args.screenshot, args.height)
+        result = check_report(args.index_html, args.screenshot, args.height, width=args.width)
     except (OSError, RuntimeError, subprocess.TimeoutExpired) as error:
         print(f"dmlrepro check-report: {error}", file=sys.stderr)
         return 1
+    first = result["first_table"]
     print(
         f"{result['images']} images, {len(result['broken'])} broken {result['broken']}, "
-        f"{len(result['console_errors'])} console messages"
+        f"{len(result['console_errors'])} console messages, {len(result['overflowing'])} overflowing; "
+        + (f"first table at y = {first['top']} px ({first['in']})" if first else "no table")
+        + " in a {} × {} px window".format(*result["window"])
     )
-    for line in result["console_errors"]:
+    for line in result["console_errors"] + result["overflowing"]:
         print("  ", line)
-    return 1 if result["broken"] or result["console_errors"] else 0
+    return 1 if result["broken"] or result["console_errors"] or result["overflowing"] else 0
