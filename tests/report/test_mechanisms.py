@@ -106,6 +106,9 @@ def test_seed_table_carries_untrained_values_and_mechanism_inputs():
         "w2",
         "avg_dtp",
         "rsw_alpha",
+        "proxy_spread",
+        "zero_grad_share",
+        "step_ratio",
     ]
     first, diverged = table.to_dict("records")
     assert first["recall@1@untrained"] == 0.2 and first["w2"] == 0.3 and first["alternations"] == 4.0

@@ -85,3 +85,25 @@ def test_a_run_without_proxies_records_no_proxy_metric():
     loss = build_loss("pfml", 2, 8, proxies_per_class=0)
     cfg = {"eval": {"proxy_metrics": ["w2", "avg_dtp"], "w_power": 2}}
     assert proxy_metrics(cfg, Embedder(), None, lambda y: y, loss) == {}
+
+
+@pytest.mark.slow
+def test_a_pfml_run_records_the_proxy_trap_diagnostics(tiny, tmp_path):
+    """eval.proxy_metrics [trap]: metrics.json carries the spread over δ and the zero-gradient share of the final
+    proxies, recomputed here from the final checkpoint, and Adam's step ratio (dmlrepro.evaluation.proxy_trap)."""
+    from dmlrepro.evaluation.proxy_trap import intra_class_spread, sampler_batches, zero_gradient_share
+
+    cfg = tiny(eval__proxy_metrics=["w2", "trap"], loss__hparams={"proxies_per_class": 2})
+    record = train_run(cfg, tmp_path / "run", progress=False)
+    emb, labels, loss = final_state(cfg, tmp_path / "run")
+    resolved = resolve_run_config(cfg)
+    delta, data = loss.delta_att, resolved["dataset"]
+    m = data["m"] if data["sampler"] == "m_per_class" else None
+    batches = sampler_batches(labels, data["batch_size"], m, n_batches=20, seed=resolved["seed"])
+    proxy_labels = np.repeat(np.arange(loss.num_classes), 2)
+    found = record["proxy_metrics"]
+    assert found["proxy_spread"] == pytest.approx(intra_class_spread(loss.proxies.detach(), proxy_labels) / delta)
+    assert found["zero_grad_share"] == pytest.approx(
+        zero_gradient_share(loss, loss.proxies, emb.astype(np.float32), labels, batches), abs=0.02
+    )
+    assert found["step_ratio"] > 0

@@ -37,8 +37,13 @@ TIMING = ("seconds_per_epoch", "train_hours")  # kept for diverged runs too: the
 UNTRAINED = "@untrained"  # `<metric>@untrained`: the metric of the network before training (epoch 0)
 #: per-run inputs of the Claims section's mechanism checks (report.mechanisms): ASAP's alternations, whether
 #: validation early-stopped the run, the loss's last-epoch move, the proxy metrics, an RSW run's final α
-MECHANISM_COLUMNS = ("alternations", "early_stopped", "loss_last_change", "w2", "avg_dtp", "rsw_alpha")
-PROXY_COLUMNS = ("w2", "avg_dtp")  # hidden for a diverged run, as its metrics
+TRAP_KEYS = (
+    "proxy_spread",
+    "zero_grad_share",
+    "step_ratio",
+)  # dmlrepro.evaluation.proxy_trap.TRAP_KEYS (no torch here)
+MECHANISM_COLUMNS = ("alternations", "early_stopped", "loss_last_change", "w2", "avg_dtp", "rsw_alpha", *TRAP_KEYS)
+PROXY_COLUMNS = ("w2", "avg_dtp", *TRAP_KEYS)  # hidden for a diverged run, as its metrics
 
 
 def untrained_column(metric: str) -> str:

@@ -15,6 +15,9 @@ on one dataset and compares a number with the expected range of the catalogue (c
   validation_plateau  the share of the cell's runs that validation early stopping ended
   loss_plateau        the largest last-epoch move of the training loss (share of its range over the
                       run, report.aggregate.loss_last_change) among the cell's runs
+  proxy_spread        the proxy-trap diagnostics (dmlrepro.evaluation.proxy_trap, eval.proxy_metrics:
+  proxy_zero_grad     [trap]): a class's proxy spread over δ (lowest of the runs), the share of zero
+  proxy_step          proxy gradients (highest) and Adam's median step over lr·√D (lowest)
 
 A value that the runs do not record fails its check, with what would record it.
 """
@@ -104,6 +107,20 @@ def loss_plateau(read: Read, metric: str) -> Measured:
     )
 
 
+def _trap(column: str, worst: Callable) -> Callable[[Read, str], Measured]:
+    """A proxy-trap diagnostic: its worst value among the cell's runs."""
+
+    def check(read: Read, metric: str) -> Measured:
+        values = read(column)
+        return Measured(
+            worst(values.values()) if values else None,
+            len(values),
+            missing=f"no {column} (run config eval.proxy_metrics: [trap], a loss with proxies)",
+        )
+
+    return check
+
+
 #: check name -> how it measures; the names are the schema's (workflow/schemas/claims.schema.yaml)
 CHECKS: dict[str, Callable[[Read, str], Measured]] = {
     "beats_untrained": beats_untrained,
@@ -112,6 +129,9 @@ CHECKS: dict[str, Callable[[Read, str], Measured]] = {
     "asap_alternations": asap_alternations,
     "validation_plateau": validation_plateau,
     "loss_plateau": loss_plateau,
+    "proxy_spread": _trap("proxy_spread", min),
+    "proxy_zero_grad": _trap("zero_grad_share", max),
+    "proxy_step": _trap("step_ratio", min),
 }
 #: the checks whose pass also needs a paired test (p < ALPHA)
 TESTED = ("beats_untrained",)

@@ -49,7 +49,7 @@ SELECT = ("last", "best_test", "best_val")
 VALIDATION_SPLITS = ("fold", "holdout", "samples")
 FOLD_SCHEMES = ("linspace", "mlrc")
 DISTANCES = ("cosine", "euclidean")
-PROXY_METRICS = ("w2", "avg_dtp")
+PROXY_METRICS = ("w2", "avg_dtp", "trap")
 ASAP_PROXIES = ("trainable", "samples")
 FOLLOWUP_TRIGGERS = ("epochs", "plateau")
 SPLITS = ("train", "test", "query", "gallery")
@@ -460,8 +460,9 @@ KEYS: tuple[Key, ...] = (
         "eval.proxy_metrics",
         [],
         subset_of(PROXY_METRICS),
-        "after training: `w2` (PFML Table 3) and/or `avg_dtp` (RSW Table III) of the final proxies on the training "
-        "split (needs `eval.select: last`)",
+        "after training: `w2` (PFML Table 3), `avg_dtp` (RSW Table III) and/or `trap` (the proxy-trap diagnostics "
+        "`proxy_spread`, `zero_grad_share`, `step_ratio`: [PFML-R4](readings/pfml.md#pfml-r4)) of the final proxies on "
+        "the training split (needs `eval.select: last`)",
     ),
     Key(
         "eval.w_power",

@@ -2,7 +2,7 @@
 
 * :class:`TestEvaluation`: the test (and gallery) embeddings and their metrics at an evaluated
   epoch; ``eval.select: best_test`` bookkeeping; the selected model's embedding files.
-* :func:`proxy_metrics`: W₂ (PFML Table 3) and AvgDTP (RSW Table III) of the proxies.
+* :func:`proxy_metrics`: W₂ (PFML Table 3), AvgDTP (RSW Table III) and the proxy-trap diagnostics.
 * :class:`CheckpointPolicy`: whether an epoch's end is checkpointed (``speed.checkpoint_overhead``).
 
 Validation (with ASAP's projections) is the hook :class:`dmlrepro.train.validation.Validation`.
@@ -17,7 +17,9 @@ from pathlib import Path
 import torch
 
 from dmlrepro.evaluation import avg_dtp, proxy_data_w2, save_embeddings
+from dmlrepro.evaluation.proxy_trap import adam_step_ratio, intra_class_spread, sampler_batches, zero_gradient_share
 from dmlrepro.losses import proxy_points
+from dmlrepro.losses.proxies import declared_proxies
 
 from . import checkpoint as _checkpoint
 from .run_evaluation import embedding_metrics
@@ -74,9 +76,10 @@ class TestEvaluation:
         return [(self.rundir.best_embeddings(g), self.rundir.embeddings(g)) for _, _, g in reversed(self.sets)]
 
 
-def proxy_metrics(cfg: dict, embedder, train_eval_ds, labelmap, loss) -> dict[str, float]:
-    """W₂ (PFML Table 3) and AvgDTP (RSW Table III) of the current proxies against the training
-    split, embedded with the eval transform (docs/readings/pfml.md#pfml-r24, RSW-R15)."""
+def proxy_metrics(cfg: dict, embedder, train_eval_ds, labelmap, loss, optimizer=None) -> dict[str, float]:
+    """W₂ (PFML Table 3), AvgDTP (RSW Table III) and the proxy-trap diagnostics (`trap`:
+    dmlrepro.evaluation.proxy_trap) of the current proxies against the training split, embedded
+    with the eval transform (docs/readings/pfml.md#pfml-r24, RSW-R15)."""
     proxies, proxy_labels = (t.cpu().numpy() for t in proxy_points(loss))
     if len(proxies) == 0:  # no proxies (PFML's M = 0 ablation, Fig. 3a): W₂ and AvgDTP are not defined
         return {}
@@ -87,6 +90,29 @@ def proxy_metrics(cfg: dict, embedder, train_eval_ds, labelmap, loss) -> dict[st
         out["w2"] = proxy_data_w2(emb, labels, proxies, proxy_labels, w_power=cfg["eval"]["w_power"])
     if "avg_dtp" in cfg["eval"]["proxy_metrics"]:
         out["avg_dtp"] = avg_dtp(emb, labels, proxies, proxy_labels)
+    if "trap" in cfg["eval"]["proxy_metrics"]:
+        out.update(proxy_trap_metrics(cfg, loss, optimizer, emb, labels, proxies, proxy_labels))
+    return out
+
+
+def proxy_trap_metrics(cfg: dict, loss, optimizer, emb, labels, proxies, proxy_labels) -> dict[str, float]:
+    """`trap`: the proxies' spread over δ (losses with a `delta`), the share of zero proxy gradients
+    on 20 training batches drawn as the run's sampler draws them, and Adam's last median step over
+    lr·√D (a trained Parameter under Adam); the keys that apply (dmlrepro.evaluation.proxy_trap)."""
+    out = {}
+    delta = getattr(loss, "delta_att", None)  # PFML's and CPML's δ (δ_att where δ_rep differs)
+    spread = intra_class_spread(proxies, proxy_labels)
+    if delta and spread is not None:
+        out["proxy_spread"] = spread / delta
+    param = declared_proxies(loss).tensor(loss)
+    if isinstance(param, torch.nn.Parameter):
+        d = cfg["dataset"]
+        m = d["m"] if d["sampler"] == "m_per_class" else None
+        batches = sampler_batches(labels, d["batch_size"], m, n_batches=20, seed=cfg["seed"])
+        out["zero_grad_share"] = zero_gradient_share(loss, param, emb, labels, batches)
+        ratio = None if optimizer is None else adam_step_ratio(optimizer, param)
+        if ratio is not None:
+            out["step_ratio"] = ratio
     return out
 
 

@@ -192,7 +192,7 @@ class RunParts:
 
     def proxy_metrics(self) -> dict[str, float]:
         """eval.proxy_metrics of the current proxies and model (W₂, AvgDTP)."""
-        return proxy_metrics(self.cfg, self.embedder, self.train_eval_ds(), self.labelmap, self.loss)
+        return proxy_metrics(self.cfg, self.embedder, self.train_eval_ds(), self.labelmap, self.loss, self.optimizer)
 
     def epoch_proxy_metrics(self, metrics: dict[str, float] | None) -> dict[str, float] | None:
         """eval.proxy_metrics at an evaluated epoch whose test embeddings were finite, when
