@@ -11,8 +11,6 @@ rule aggregate:
         experiment="[^/]+",  # seeds/<experiment>.csv is this rule's second output, not an experiment
     # as soon as an experiment's runs are done, between training jobs (docs/workflow.md#scheduling)
     priority: 5
-    conda:
-        "../envs/dmlrepro-cpu.yaml"
     params:
         records=experiment_records,
         metrics=lambda wildcards: TABLE.experiment(wildcards.experiment)["metrics"],
@@ -37,8 +35,6 @@ rule report_section:
     log:
         LAYOUT.log("report_section", "{experiment}"),
     priority: 5  # as rule aggregate's
-    conda:
-        "../envs/dmlrepro-cpu.yaml"
     params:
         experiment=lambda wildcards: canonical(TABLE.experiment(wildcards.experiment)),
         runs=section_runs,
@@ -76,8 +72,6 @@ rule report:
         claims=LAYOUT.report("claims.json"),  # the Claims section's verdicts and checks (docs/report.md#claimsjson)
     log:
         LAYOUT.log("report"),
-    conda:
-        "../envs/dmlrepro-cpu.yaml"
     params:
         experiments=EXPERIMENTS,  # the sections' order
         not_run=SELECTION.not_run(),  # the active experiments left out or built in part, and why

@@ -3,8 +3,6 @@ rule prepare_dataset:
         manifest=LAYOUT.manifest("{dataset}"),
     log:
         LAYOUT.log("prepare_dataset", "{dataset}"),
-    conda:
-        "../envs/dmlrepro-cpu.yaml"
     params:
         root=lambda wildcards, output: Path(output.manifest).parent.parent,
         options=dataset_params,
@@ -21,8 +19,6 @@ rule label_noise:
         labels=str(label_noise_file(DATA, "{dataset}", "{rate}", "{seed}", "{mode}")),
     log:
         LAYOUT.log("label_noise", "{dataset}_rate{rate}_seed{seed}_{mode}"),
-    conda:
-        "../envs/dmlrepro-cpu.yaml"
     message:
         "Corrupting {wildcards.rate} of the {wildcards.dataset} training labels (seed {wildcards.seed})"
     script:

@@ -15,8 +15,6 @@ rule preflight:
         table=LAYOUT.results_file(PREFLIGHT_TABLE),
     log:
         LAYOUT.log("preflight"),
-    conda:
-        "../envs/dmlrepro-gpu.yaml"
     threads: PREFLIGHT["cpus"]
     resources:
         runtime=PREFLIGHT["runtime"],

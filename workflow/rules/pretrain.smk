@@ -20,8 +20,6 @@ rule pretrain_standin:
         LAYOUT.log("pretrain_standin", "{standin}"),
     # first when it is ready: every fine-tuning run waits for it (docs/workflow.md#scheduling)
     priority: 10
-    conda:
-        "../envs/dmlrepro-gpu.yaml"
     threads: 2  # pretraining always runs 2 torch threads: the weights depend on it (docs/miniature.md)
     params:
         recipe=lambda wildcards: canonical(STANDIN_RECIPES[wildcards.standin]),

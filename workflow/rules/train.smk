@@ -8,8 +8,6 @@ rule train:
     log:
         LAYOUT.log("train", "{run}"),
     priority: train_job_priority  # the longest runs start first
-    conda:
-        "../envs/dmlrepro-gpu.yaml"
     threads: train_resource("cpus")  # sbatch --cpus-per-task; the run's CPU budget
     resources:
         runtime=train_resource("runtime"),
@@ -38,8 +36,6 @@ checkpoint search:
     log:
         LAYOUT.log("search", "{search}"),
     priority: train_job_priority  # the longest runs start first
-    conda:
-        "../envs/dmlrepro-gpu.yaml"
     threads: train_resource("cpus")  # sbatch --cpus-per-task; the run's CPU budget
     resources:
         runtime=train_resource("runtime"),
@@ -66,8 +62,6 @@ checkpoint final_epochs:
         epochs=LAYOUT.final_epochs("{experiment}", "{search}"),
     log:
         LAYOUT.log("final_epochs", "{experiment}/{search}"),
-    conda:
-        "../envs/dmlrepro-cpu.yaml"
     params:
         multiple=lambda wildcards: TABLE.experiment(wildcards.experiment)["final"][
             "round_epochs"

@@ -27,8 +27,8 @@ __all__ = [
 
 def put_on_pythonpath(folder: str) -> None:
     """``folder`` first on this process's PYTHONPATH (once), which every job it starts inherits: the
-    Snakefile puts the checkout's src/ there, so that jobs in the conda envs of workflow/envs/, which list
-    dmlrepro's dependencies but not dmlrepro, import the checkout's (docs/preflight.md#conda)."""
+    Snakefile puts the checkout's src/ there, so that every job imports the checkout's dmlrepro, even where
+    the environment installed another copy (docs/preflight.md#conda)."""
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if folder not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([folder, *paths])
