@@ -37,6 +37,7 @@ COMMANDS = {
         "Bayesian-optimisation search of run-config keys: SEARCH_CONFIG OUTDIR",
     ),
     "losses": ("dmlrepro.cli", "losses_main", [], "list the losses that config can name"),
+    "doctor": ("dmlrepro.doctor", "main", [], "print this node's torch, CUDA, driver, GPUs, CPUs and faiss"),
     "preflight": (
         "dmlrepro.preflight.cli",
         "main",

@@ -166,3 +166,11 @@ def test_the_example_module_is_the_one_the_docs_show():
     ):
         assert name in page and (ROOT / name).is_file()
     assert PATH in page
+
+
+def test_dmlrepro_runs_merges_the_configfiles_as_snakemake_does(user_module, capsys):
+    files = [str(ROOT / "config" / "config.yaml"), str(EXAMPLES / "own_loss.yaml")]
+    assert main(["runs", "--configfile", *files, "--experiment", "rsw_table1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert sum(line.startswith("centred_softmax-synthetic-tiny_cnn-s") for line in lines) == 3
+    assert lines[-1] == f"{len(lines) - 1} runs"

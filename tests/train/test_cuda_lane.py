@@ -19,7 +19,7 @@ import yaml
 
 from dmlrepro.train import EXIT_INTERRUPTED, list_checkpoints, read_checkpoint
 
-from .conftest import run_cli, tiny_config
+from .conftest import REPO, run_cli, tiny_config
 from .test_amp_resume import _same
 from .test_resume import OVERRIDES, _assert_identical
 from .test_validation_asap import asap_config
@@ -149,3 +149,45 @@ def test_knn_on_the_device_equals_the_cpu_backends(lane_device):
     assert on_device.info["device"].startswith(lane_device)
     for backend in ("torch", "faiss-cpu"):
         assert compute_retrieval(x, y, ks, backend=backend).metrics == on_device.metrics, backend
+
+
+def test_tf32_never_reaches_a_search(lane_device):
+    """With TF32 allowed (as `speed.tf32: true` leaves training), the search's distances and neighbours
+    equal those with TF32 off, bit for bit; the same product in TF32 would change them, and the lane
+    records by how much (top-1 neighbours of 2,000 queries; 0 on a device without TF32 units)."""
+    from dmlrepro.evaluation import knn_search
+
+    rng = np.random.default_rng(0)
+    centres = rng.standard_normal((500, 128)).astype(np.float32)
+    x = centres[rng.integers(0, 500, size=8000)] + 0.3 * rng.standard_normal((8000, 128)).astype(np.float32)
+    x = torch.nn.functional.normalize(torch.from_numpy(x), dim=1).to(lane_device)
+    matmul, before = torch.backends.cuda.matmul, torch.backends.cuda.matmul.allow_tf32
+    try:
+        matmul.allow_tf32 = False
+        exact = knn_search(x, 4, distance="cosine", backend="torch")
+        exact_top1 = (x[:2000] @ x.T).fill_diagonal_(-2).argmax(dim=1)
+        matmul.allow_tf32 = True
+        allowed = knn_search(x, 4, distance="cosine", backend="torch")
+        tf32_top1 = (x[:2000] @ x.T).fill_diagonal_(-2).argmax(dim=1)
+    finally:
+        matmul.allow_tf32 = before
+    assert np.array_equal(allowed[0], exact[0]) and np.array_equal(allowed[1], exact[1])
+    assert np.array_equal(exact[1][:2000, 0], exact_top1.cpu().numpy())
+    changed = int((tf32_top1 != exact_top1).sum())
+    _lane_record("tf32_search", {"device": lane_device, "queries": 2000, "top1_changed_if_tf32": changed})
+
+
+def test_a_short_training_learns_on_the_device(lane_device, tmp_path):
+    """config/run_example.yaml (Proxy-Anchor, synthetic, 6 epochs x 40 steps) with TF32 on: test R@1
+    well above the untrained network's (0.043 -> 0.268 on the CPU, docs/training.md), searched in float32."""
+    cfg = yaml.safe_load((REPO / "config" / "run_example.yaml").read_text())
+    cfg["dataset"]["root"] = str(tmp_path / "data")
+    cfg.update(device=lane_device, speed={**cfg.get("speed", {}), "tf32": True})
+    out = tmp_path / "run"
+    assert _train(_conf(tmp_path, cfg), out) == 0
+    record = json.loads((out / "metrics.json").read_text())
+    before, after = record["untrained_metrics"]["recall@1"], record["metrics"]["recall@1"]
+    p = record["precision"]
+    _lane_record("learning", {"device": lane_device, "untrained_recall@1": before, "recall@1": after, "precision": p})
+    assert after >= before + 0.1, (before, after)
+    assert (p["matmul_tf32"], p["search"]) == (True, "float32") and p["device"].startswith(lane_device)

@@ -6,6 +6,7 @@ device is resolved once per run."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 
@@ -93,7 +94,13 @@ def test_precision_names():
 def test_bf16_run_stores_float32_embeddings_and_evaluate_reproduces_its_metrics(tiny, tmp_path):
     out = tmp_path / "run"
     record = train_run(tiny(amp=BF16, loss={"name": "proxy_anchor"}), out, progress=False)
-    assert record["precision"] == {"device": "cpu", "train": "bfloat16 autocast", "eval": "float32"}
+    precision = record["precision"]
+    assert {k: precision[k] for k in ("device", "train", "eval", "search")} == {
+        "device": "cpu",
+        "train": "bfloat16 autocast",
+        "eval": "float32",
+        "search": "float32",
+    }
     emb = np.load(out / "embeddings_test.npz")["embeddings"]
     assert emb.dtype == np.float32 and _low_bits_used(emb)
     # recomputed from the final checkpoint through `dmlrepro evaluate`, as a user would
@@ -127,3 +134,58 @@ def test_the_device_is_resolved_once_per_run(tiny, tmp_path, monkeypatch):
     record = train_run(tiny(device="auto"), tmp_path / "run", progress=False)
     assert calls == ["auto"] and record["status"] == "completed"
     assert record["precision"]["device"] == yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["device"]
+
+
+def _knn_flags(monkeypatch) -> list[tuple[bool, bool]]:
+    """(matmul TF32, cuDNN TF32) at every torch.mm / torch.addmm of the k-NN search module."""
+    seen = []
+    for name in ("mm", "addmm"):
+        original = getattr(torch, name)
+
+        def recorded(*args, _original=original, **kwargs):
+            if sys._getframe(1).f_globals.get("__name__") == "dmlrepro.evaluation.knn":
+                seen.append((torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32))
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(torch, name, recorded)
+    return seen
+
+
+@pytest.mark.slow
+def test_a_tf32_run_searches_in_float32_and_records_what_ran(tiny, tmp_path, monkeypatch):
+    """speed.tf32 turns TF32 on for training (matmuls and cuDNN); every search of the run (each epoch's
+    evaluation, the model selection's, the final metrics) and `dmlrepro evaluate` run with it off;
+    metrics.json says so. On the CPU, through torch's flags (the torch backend: faiss has no TF32)."""
+    seen = _knn_flags(monkeypatch)
+    cfg = tiny(speed={"tf32": True, "knn_backend": "torch"}, eval={"select": "best_test"})
+    record = train_run(cfg, tmp_path / "run", progress=False)
+    assert len(seen) >= cfg["epochs"] + 2 and set(seen) == {(False, True)}  # cuDNN's flag is not the search's
+    p = record["precision"]
+    assert (p["matmul_tf32"], p["cudnn_tf32"], p["search"]) == (True, True, "float32")
+    assert p["device_name"] and p["gpu_uuid"] is None and "pair_search_path" in p
+    seen.clear()
+    matmul = torch.backends.cuda.matmul
+    matmul.allow_tf32 = True
+    try:
+        assert evaluate_run(tmp_path / "run")["metrics"] == record["metrics"]
+    finally:
+        matmul.allow_tf32 = False
+    assert seen and {m for m, _ in seen} == {False}
+
+
+def test_the_record_names_the_loss_pair_search_and_the_tf32_flags():
+    from dmlrepro.train.precision import precision_record
+    from dmlrepro.train.runtime import apply_speed, restore_speed
+
+    class Loss:
+        pair_search_path = "neighbour_list"
+
+    cpu = torch.device("cpu")
+    prev = apply_speed({"cudnn_benchmark": False, "tf32": False}, deterministic=True)
+    try:
+        record = precision_record(None, cpu, False, Loss())
+    finally:
+        restore_speed(prev)
+    assert (record["matmul_tf32"], record["cudnn_tf32"], record["pair_search_path"]) == (False, False, "neighbour_list")
+    assert precision_record(None, cpu, False, object())["pair_search_path"] is None
+    assert record["cuda_visible_devices"] == os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -12,6 +12,7 @@ from ..asap.normalisation import normalize_array
 from ..atomic import write_json_atomic
 from .clustering import nmi as nmi_score, nmi_options
 from .embeddings_io import EmbeddingSet, load_embeddings
+from .knn import SEARCH_PRECISION
 from .retrieval import DEFAULT_KS, compute_retrieval
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,9 @@ def evaluate_embeddings_file(
 
         {"metrics": {name: float}, "split": str, "num_items": int, "num_queries": int,
          "num_excluded_queries": int, "distance": str, "ks": [int], "embeddings_file": str,
-         "gallery_file": str | None, "nmi_seed": int | None}
+         "gallery_file": str | None, "nmi_seed": int | None, "precision": {"search": "float32"}}
+
+    The k-NN search runs in exact float32 (:func:`~dmlrepro.evaluation.knn.exact_float32`) on every device.
     """
     query = load_embeddings(embeddings_path)
     gallery = load_embeddings(gallery_path) if gallery_path is not None else None
@@ -105,6 +108,7 @@ def _record(
         "embeddings_file": Path(embeddings_path).name,
         "gallery_file": Path(gallery_path).name if gallery_path is not None else None,
         "nmi_seed": nmi_seed,
+        "precision": {"search": SEARCH_PRECISION},  # a run's record replaces it with its own, search included
     }
 
 

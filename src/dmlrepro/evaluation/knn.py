@@ -18,11 +18,16 @@ by :func:`exact_topk` (int64 keys = score bits ‖ index, exact). Both faiss and
 so results are identical whenever their scores are (e.g. coordinates on a binary lattice, exact duplicates);
 otherwise two float32 implementations may order near-ties (relative gaps ~1e-7) differently.
 
+**Precision.** The torch backend's matrix products run in exact float32 whatever the run trains in
+(:func:`exact_float32`: TF32 off for the product, restored after), so a run's metrics, its model
+selection and ``dmlrepro evaluate`` rank the same neighbours on every GPU (docs/evaluation.md#precision).
+
 Memory stays O(N·D + chunk·N) for torch and O(N·D + chunk·k) for faiss: no N×N matrix.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import subprocess
 import sys
@@ -253,6 +258,34 @@ def auto_backend(device_type: str, faiss_installed: bool) -> str:
     return "torch"
 
 
+# -- precision ------------------------------------------------------------------------------------
+
+#: the precision of every search's scores (metrics.json's ``precision.search``)
+SEARCH_PRECISION = "float32"
+
+
+@contextlib.contextmanager
+def exact_float32() -> Iterator[None]:
+    """Matrix products in IEEE float32 inside, TF32 off (a run's ``speed.tf32`` turns it on for
+    training); the previous setting restored after. Set through the API that set it: the CUDA flag
+    ``torch.backends.cuda.matmul.allow_tf32`` (the engine's), or ``torch.set_float32_matmul_precision``
+    where a caller lowered it (torch refuses to read one API after the other was used)."""
+    matmul = torch.backends.cuda.matmul
+    lowered = getattr(getattr(torch.backends.mkldnn, "matmul", None), "fp32_precision", "none") not in ("none", "ieee")
+    prev = torch.get_float32_matmul_precision() if lowered else matmul.allow_tf32
+    if lowered:
+        torch.set_float32_matmul_precision("highest")
+    else:
+        matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        if lowered:
+            torch.set_float32_matmul_precision(prev)
+        else:
+            matmul.allow_tf32 = prev
+
+
 # -- the ranking rule -----------------------------------------------------------------------------
 
 
@@ -320,10 +353,12 @@ class Search:
         """(len(rows) × N) float32 cost of query rows ``rows`` (a slice, or a tensor of global
         query indices) against every reference row; the query itself at +inf in leave-one-out."""
         qr = self.q[rows]
-        if self.distance == "cosine":
-            cost = torch.mm(qr, self.r.T).neg_()
-        else:
-            cost = torch.addmm(self.r_sq[None, :], qr, self.r.T, alpha=-2.0)
+        with exact_float32():
+            if self.distance == "cosine":
+                cost = torch.mm(qr, self.r.T).neg_()
+            else:
+                cost = torch.addmm(self.r_sq[None, :], qr, self.r.T, alpha=-2.0)
+        if self.distance == "euclidean":
             cost.add_((qr * qr).sum(1, keepdim=True)).clamp_min_(0.0)
         if self.self_search:
             own = torch.arange(rows.start, rows.stop, device=cost.device) if isinstance(rows, slice) else rows

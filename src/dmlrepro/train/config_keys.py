@@ -656,8 +656,10 @@ KEYS: tuple[Key, ...] = (
         "device",
         "auto",
         Custom(device_name, "`auto`, `cpu`, `cuda`, `cuda:N`"),
-        "where the run trains and evaluates: `auto` = CUDA where a GPU is visible, decided once when the run starts "
-        "(config.yaml records the device used)",
+        "where the run trains and evaluates: `auto` = CUDA where a GPU is usable, else the CPU unless the job asked "
+        "for a GPU (`DMLREPRO_GPUS`, a GPU slot), decided once when the run starts (config.yaml records the device "
+        "used); a run that asked for a GPU and has none stops at once with one line saying why "
+        "([environment.md](environment.md#gpu-driver))",
         runtime=True,
     ),
     Key(
@@ -682,7 +684,9 @@ KEYS: tuple[Key, ...] = (
         "speed.tf32",
         False,
         Flag(),
-        "`true` allows TF32 in matmuls and cuDNN convolutions; `false` leaves torch's defaults",
+        "TF32 in CUDA matmuls and cuDNN convolutions during training, on (`true`) or off (`false`, cuDNN's "
+        "included, whose torch default is on); every k-NN search runs with TF32 off either way "
+        "([evaluation.md](evaluation.md#precision))",
     ),
     Key(
         "speed.sync_every",

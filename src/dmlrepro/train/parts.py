@@ -30,7 +30,7 @@ from .model_and_loss import build_run_loss, build_run_model
 from .model_selection import final_extras
 from .optim import apply_trainability, build_optimizer, group_lrs, in_followup, linked_groups, named_groups, set_lrs
 from .outputs import say as _say
-from .precision import EVAL_PRECISION, precision_name, training_amp_dtype
+from .precision import precision_record, training_amp_dtype
 from .preemption import StopFlag
 from .projections import Projections
 from .run_data import (
@@ -277,13 +277,9 @@ class RunParts:
             dynamic_ncols=True,
         )
 
-    def precision(self) -> dict[str, str]:
-        """metrics.json's `precision`: the device and the training and evaluation precisions."""
-        return {
-            "device": str(self.device),
-            "train": precision_name(self.amp_dtype, self.device, self.settings.tf32),
-            "eval": EVAL_PRECISION,
-        }
+    def precision(self) -> dict[str, Any]:
+        """metrics.json's `precision` (:func:`~dmlrepro.train.precision.precision_record`)."""
+        return precision_record(self.amp_dtype, self.device, self.settings.tf32, self.loss)
 
     def close(self) -> None:
         """Stop the worker processes of the run's loaders."""

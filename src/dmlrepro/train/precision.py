@@ -5,6 +5,8 @@ either device, in ``amp.dtype`` (float16 with a GradScaler). Every embedding tha
 selection, a proxy selection or a report is computed by :func:`float32_inference`: autocast off
 and TF32 off, so the stored embeddings carry float32's 24-bit mantissa on every device and a
 re-evaluation through another path gives the same numbers (docs/readings/protocols.md#proto-r9).
+Their k-NN searches run in float32 too (:func:`dmlrepro.evaluation.knn.exact_float32`);
+:func:`precision_record` is what metrics.json says ran.
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+
+from dmlrepro.evaluation.knn import SEARCH_PRECISION
+
+from .runtime import device_identity
 
 #: what metrics.json and the report say a run was evaluated in
 EVAL_PRECISION = "float32"
@@ -49,3 +55,19 @@ def float32_inference(device: torch.device) -> Iterator[None]:
             yield
     finally:
         matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
+
+
+def precision_record(amp_dtype: torch.dtype | None, device: torch.device, tf32: bool, loss: Any) -> dict[str, Any]:
+    """metrics.json's ``precision``: the device and the hardware behind it (:func:`device_identity`), the
+    training, evaluation and k-NN search precisions, torch's TF32 flags as training ran (they act on CUDA
+    only) and, for a loss that says so, the pair search it took (PFML: ``pair_search_path``)."""
+    return {
+        "device": str(device),
+        "train": precision_name(amp_dtype, device, tf32),
+        "eval": EVAL_PRECISION,
+        "search": SEARCH_PRECISION,
+        "matmul_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn_tf32": bool(torch.backends.cudnn.allow_tf32),
+        **device_identity(device),
+        "pair_search_path": getattr(loss, "pair_search_path", None),
+    }
