@@ -166,7 +166,14 @@ def test_the_measured_scale_is_the_ratio_of_rsws_head_norms(scale):
     assert scale == pytest.approx(math.sqrt(96 / 2048), rel=0.03)
 
 
-def test_the_methods_of_a_comparison_train_equally_long(miniature_runs):
+def test_every_method_of_pfmls_comparisons_trains_to_its_own_validation_plateau(miniature_runs):
+    """Rule 4 (PROTO-R10): class-disjoint validation with a patience, the same for every method; the cap below."""
+    for m in COMPARISONS[0]:
+        validation = miniature_runs[m]["validation"]
+        assert (validation["split"], validation["patience"]) == ("fold", 10), m
+
+
+def test_the_methods_of_a_comparison_share_one_cap(miniature_runs):
     for methods in COMPARISONS:
         lengths = {
             m: (

@@ -1,6 +1,7 @@
 """The faithful miniature's PFML gates (config/claims.yaml) fail on runs that lack the mechanism the claim
 rests on and pass on runs that show it (docs/report.md#mechanism-checks): W₂ against δ (supp. eq. 16),
-the proxy-trap diagnostics, and beats_untrained on every compared side. Fabricated per-seed tables."""
+the proxy-trap diagnostics, beats_untrained and convergence on validation on every compared side.
+Fabricated per-seed tables."""
 
 from pathlib import Path
 
@@ -33,6 +34,7 @@ def _tables(pfml=None, pfml_r1=(0.33, 0.34, 0.35), pa_r1=(0.28, 0.29, 0.30), unt
                     "recall@1": value,
                     "recall@1@untrained": untrained + 0.001 * seed,
                     "loss_last_change": 0.01,
+                    "early_stopped": 1.0,
                     **extra,
                 }
             )
@@ -79,3 +81,13 @@ def test_a_run_without_the_diagnostics_fails_with_what_would_record_them():
     found = evaluate_claim(CLAIM, "faithful", tables, RANGES)
     detail = next(c["detail"] for c in found["checks"] if c["name"] == "proxy_spread")
     assert found["verdict"] == NOT_TESTABLE and "eval.proxy_metrics: [trap]" in detail
+
+
+def test_every_compared_side_must_have_converged_on_validation():
+    """A side the epoch cap ended (validation still improving) has not converged: not testable, whichever side."""
+    for method in ("pfml", "proxy_anchor"):
+        tables = _tables()
+        table = tables["pfml_table1"]
+        table.loc[(table["method"] == method) & (table["seed"] == 1), "early_stopped"] = 0.0
+        found = evaluate_claim(CLAIM, "faithful", tables, RANGES)
+        assert found["verdict"] == NOT_TESTABLE and _failing(found) == ["validation_plateau"]
