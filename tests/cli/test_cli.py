@@ -1,6 +1,7 @@
 """The top-level `dmlrepro` command dispatches to the subpackages' front ends."""
 
 import argparse
+import inspect
 import re
 import tomllib
 from importlib import metadata
@@ -79,6 +80,11 @@ def test_losses_says_each_losses_paper_origin_and_defaults(capsys):
     assert "margin=0.1" in entries["proxy_anchor"][2] and "alpha=32" in entries["proxy_anchor"][2]
     assert all(f"{key}={value}" in entries["rsw"][2] for key, value in {"alpha": 28.4, "k1": 0.93, "k2": 1.15}.items())
     assert all(lines[2].startswith("defaults: ") for lines in entries.values())
+    # a builder taking **hparams (ASAP's, XBM's) shows the defaults of the class it returns
+    from dmlrepro.losses import ASAPLoss
+
+    asap = {k: v.default for k, v in inspect.signature(ASAPLoss).parameters.items() if k == "proxies_per_class"}
+    assert f"proxies_per_class={asap['proxies_per_class']!r}" in entries["asap_c2"][2]
 
 
 def test_losses_refuses_an_unknown_name(capsys):
