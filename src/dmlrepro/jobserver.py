@@ -15,6 +15,9 @@ seeds and sets its threads itself, so results are bit-identical to an in-process
   function's, and every OpenMP and BLAS pool (faiss, scikit-learn, numpy) gets the job's ``threads``
   (``thread_budget``).
 * ``start(folder)`` / ``stop(handle)``: the Snakefile's ``onstart`` / ``onsuccess`` / ``onerror``.
+* ``run_job(..., gpu=n)``: the job's own ``n`` GPU slots (``dmlrepro.gpu_slots``), taken before the
+  request (its environment carries ``CUDA_VISIBLE_DEVICES``); their lock files go to the child with
+  the streams, so a slot is free only once both the job and its child have ended.
 
 What a connection may ask is bounded (docs/workflow.md#job-server): a request is JSON (data, never
 code), its target must be one of ``ENTRY_POINTS`` (the library functions the workflow's scripts
@@ -50,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dmlrepro import gpu_slots
 from dmlrepro.steplog import log_to
 
 __all__ = ["ENTRY_POINTS", "JOBSERVER_ENV", "PRELOAD", "Server", "run_job", "start", "stop", "serve"]
@@ -85,24 +89,30 @@ CONNECT_WAIT_S = 120.0  # how long a job waits for a server that is still import
 _PID = struct.Struct("!i")  # the child's pid, sent when it starts; REFUSED, then a reason (_SIZE + UTF-8)
 REFUSED = 0
 _SIZE = struct.Struct("!Q")
+MAX_GPU_LOCKS = 16  # the GPU slots' lock files a job may send after its 3 streams (its child keeps them open)
 _RESULT = struct.Struct("!id")  # its exit status and CPU seconds (user + system, with its waited-for children)
 child_cpu_seconds = 0.0  # the last served child's CPU time, for benchmarks/bench_default.py
 
 
 # -- the job's side ------------------------------------------------------------------------------
-def run_job(target: str, *args: Any, log: str | os.PathLike, threads: int | None = None, **kwargs: Any) -> None:
+def run_job(
+    target: str, *args: Any, log: str | os.PathLike, threads: int | None = None, gpu: int = 0, **kwargs: Any
+) -> None:
     """Run ``target`` (``"module:function"``) with ``args``/``kwargs``, its output in ``log``, its
-    thread pools at ``threads`` (None: as they are); in a server child if one is up, else here.
-    The arguments travel as JSON either way (paths as strings, tuples as lists), so the function sees
-    the same values served or not. Exits the process with the child's status when it fails."""
-    payload = encode_request(target, args, kwargs, log, threads)
-    conn = _connect(os.environ.get(JOBSERVER_ENV))
-    if conn is None:
-        request = decode_request(payload)
-        _call_logged(request["target"], request["args"], request["kwargs"], request["log"], request["threads"])
-        return
-    with conn:
-        status = _run_remote(conn, payload)
+    thread pools at ``threads`` (None: as they are), on ``gpu`` GPU slots of its own when the
+    workflow hands them out (dmlrepro.gpu_slots: ``CUDA_VISIBLE_DEVICES`` names them); in a server
+    child if one is up, else here. The arguments travel as JSON either way (paths as strings, tuples
+    as lists), so the function sees the same values served or not. Exits the process with the
+    child's status when it fails."""
+    with gpu_slots.lease(gpu) as slots:  # waits for free slots; sets CUDA_VISIBLE_DEVICES before the request
+        payload = encode_request(target, args, kwargs, log, threads)
+        conn = _connect(os.environ.get(JOBSERVER_ENV))
+        if conn is None:
+            request = decode_request(payload)
+            _call_logged(request["target"], request["args"], request["kwargs"], request["log"], request["threads"])
+            return
+        with conn:  # the child holds the slots' locks too: they are free once it and this process end
+            status = _run_remote(conn, payload, slots.fds if slots else [])
     if status != 0:
         sys.exit(status)
 
@@ -181,12 +191,12 @@ def _server_alive(path: str) -> bool:
         return False
 
 
-def _run_remote(conn: socket.socket, payload: bytes) -> int:
-    """Send the request and this process's stdin/stdout/stderr; forward SIGTERM/SIGINT to the child;
-    return its exit status. A refusal exits with its reason."""
+def _run_remote(conn: socket.socket, payload: bytes, locks: list[int]) -> int:
+    """Send the request, this process's stdin/stdout/stderr and its GPU slots' ``locks``; forward
+    SIGTERM/SIGINT to the child; return its exit status. A refusal exits with its reason."""
     global child_cpu_seconds
     with contextlib.suppress(OSError):  # a server that refuses hangs up without reading: its answer is below
-        socket.send_fds(conn, [_SIZE.pack(len(payload))], [0, 1, 2])
+        socket.send_fds(conn, [_SIZE.pack(len(payload))], [0, 1, 2, *locks])
         conn.sendall(payload)
     try:
         (pid,) = _PID.unpack(_recv_exact(conn, _PID.size))
@@ -220,7 +230,7 @@ def _call_logged(
 ) -> None:
     module, _, name = target.partition(":")
     function: Callable = getattr(importlib.import_module(module), name)
-    with log_to(log), thread_budget(threads):
+    with log_to(log), thread_budget(threads), gpu_slots.announced():
         if server is not None:
             print(f"dmlrepro job server: forked from server {server} (docs/workflow.md#job-server)")
         function(*args, **kwargs)
@@ -349,12 +359,14 @@ def _accept(listener: socket.socket, running: dict[socket.socket, int], entry_po
         return
     fds: list[int] = []
     try:
-        header, fds, _, _ = socket.recv_fds(conn, _SIZE.size, 3)
+        header, fds, _, _ = socket.recv_fds(conn, _SIZE.size, 3 + MAX_GPU_LOCKS)
         request = decode_request(_recv_exact(conn, _SIZE.unpack(header)[0]))
         if request["target"] not in entry_points:
             raise ValueError(f"{request['target']!r} is not a job entry point (dmlrepro.jobserver.ENTRY_POINTS)")
-        if len(fds) != 3:
-            raise ValueError(f"expected the job's 3 standard streams, got {len(fds)} descriptors")
+        if len(fds) < 3:
+            raise ValueError(
+                f"expected the job's 3 standard streams (then its GPU slots' locks), got {len(fds)} descriptors"
+            )
     except (OSError, ValueError, struct.error) as e:  # json's JSONDecodeError is a ValueError
         for fd in fds:
             os.close(fd)
@@ -387,7 +399,7 @@ def _child(request: dict[str, Any], fds: list[int], server_sockets: tuple[socket
             other.close()
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
-        for fd, std in zip(fds, (0, 1, 2)):
+        for fd, std in zip(fds, (0, 1, 2)):  # fds[3:], the GPU slots' locks, stay open until the child exits
             os.dup2(fd, std)
             os.close(fd)
         os.chdir(request["cwd"])

@@ -19,4 +19,5 @@ run_job(
     progress=False,
     log=snakemake.log[0],
     threads=snakemake.threads,
+    gpu=snakemake.resources.gpu,  # a GPU of its own on a workstation (docs/workflow.md#one-node-several-gpus)
 )
