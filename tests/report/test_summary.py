@@ -105,6 +105,7 @@ def test_the_page_leads_with_the_summary(tmp_path):
     table = text[summary : text.index("</section>", summary)]
     assert table.count('<a href="#pfml_table1">') == 1 and table.count('<a href="#pfml_table1_ibn">') == 1
     assert "<td>83.0</td>" in table and "<td>-3.00</td>" in table and "<td>1/2</td>" in table
+    assert '<td class="label"><span class="off">✗</span></td>' in table  # |Δ| = 3 outside: PFML R@2's verdict
     assert "not run — SOP is not prepared (dmlrepro prepare sop)" in table
     nav = text[text.index("<nav>") : text.index("</nav>")]
     assert nav.count("<a ") == 2  # Summary, Provenance: the sections are linked from the summary, not from here
