@@ -186,7 +186,14 @@ def _open_lock(path: Path) -> int:
     try:
         return os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
+        pass
+    try:
         return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CREAT, 0o644)
+    except PermissionError:
+        raise PermissionError(
+            f"GPU slots: cannot make {path}: the lock folder must be writable by every user of the node "
+            f"(or {LOCKS_ENV} names another, the same for every workflow; {HELP})"
+        ) from None
 
 
 def _file_name(device: str) -> str:

@@ -238,3 +238,13 @@ def test_onstart_without_gpus_hands_out_nothing():
     assert gpu_slots.SLOTS_ENV not in environ and "gpu" not in workflow.global_resources
     with pytest.raises(ValueError, match="config gpus: 0 not visible on this node"):
         gpu_slots.offer(workflow, {"gpus": [0], "jobs_per_gpu": 1}, environ)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into any folder")
+def test_a_lock_folder_this_user_cannot_write_is_one_clear_error(tmp_path):
+    folder = tmp_path / "locks"
+    folder.mkdir(mode=0o555)
+    environ = {gpu_slots.SLOTS_ENV: "0", gpu_slots.LOCKS_ENV: str(folder)}
+    with pytest.raises(PermissionError, match=f"cannot make {folder}/gpu-0-0.lock: the lock folder must be writable"):
+        with gpu_slots.lease(1, environ):
+            pass
