@@ -17,6 +17,7 @@ from dmlrepro.report.claims import (
     CONTRADICTED,
     HOLDS,
     INCONCLUSIVE,
+    NOT_REPRODUCED,
     TTest,
     cell_values,
     check_claims,
@@ -154,22 +155,25 @@ def test_claim_built_to_hold():
 
 def test_claim_built_to_fail():
     tables = {"exp": _table({("ma", ""): [0.50, 0.52, 0.51], ("mb", ""): [0.60, 0.62, 0.61]})}
-    assert evaluate_claim(_claim(), "miniature", tables)["verdict"] == CONTRADICTED
+    found = evaluate_claim(_claim(), "miniature", tables)
+    assert found["test_verdict"] == CONTRADICTED
+    # three seeds, no tuning, no convergence check, no sensitivity set: not earned, so "not reproduced"
+    assert found["verdict"] == NOT_REPRODUCED and len(found["contradiction_unmet"]) == 4
 
 
 def test_claims_built_to_be_inconclusive():
     overlapping = {"exp": _table({("ma", ""): [0.60, 0.70, 0.50], ("mb", ""): [0.58, 0.66, 0.55]})}
-    assert evaluate_claim(_claim(), "miniature", overlapping)["verdict"] == INCONCLUSIVE
+    assert evaluate_claim(_claim(), "miniature", overlapping)["test_verdict"] == INCONCLUSIVE
     one_seed = {"exp": _table({("ma", ""): [0.90], ("mb", ""): [0.10]})}  # a huge Δ, but no spread to test
     found = evaluate_claim(_claim(), "miniature", one_seed)
-    assert found["verdict"] == INCONCLUSIVE
+    assert found["test_verdict"] == INCONCLUSIVE
     assert "n < 2" in found["comparisons"][0]["reason"]
 
 
 def test_lower_is_better_flips_the_direction():
     tables = {"exp": _table({("ma", ""): [0.16, 0.15, 0.17], ("mb", ""): [0.36, 0.38, 0.37]})}
     assert evaluate_claim(_claim(lower_is_better=True), "miniature", tables)["verdict"] == HOLDS
-    assert evaluate_claim(_claim(), "miniature", tables)["verdict"] == CONTRADICTED
+    assert evaluate_claim(_claim(), "miniature", tables)["test_verdict"] == CONTRADICTED
 
 
 def test_ordering_claim_is_every_pair():
@@ -183,20 +187,20 @@ def test_ordering_claim_is_every_pair():
     claim["scales"]["miniature"]["cells"]["c"] = {"experiment": "exp", "method": "mc"}
     found = evaluate_claim(claim, "miniature", tables)
     assert [r["verdict"] for r in found["comparisons"]] == [HOLDS, CONTRADICTED]
-    assert found["verdict"] == CONTRADICTED
+    assert found["test_verdict"] == CONTRADICTED
 
 
 def test_paired_claim_uses_common_seeds():
     # a small, steady gain per seed over a large seed-to-seed spread: only the paired test sees it
     base = [0.50, 0.70, 0.60, 0.80]
     tables = {"exp": _table({("ma", ""): [v + 0.01 + 0.001 * i for i, v in enumerate(base)], ("mb", ""): base})}
-    assert evaluate_claim(_claim(), "miniature", tables)["verdict"] == INCONCLUSIVE
+    assert evaluate_claim(_claim(), "miniature", tables)["test_verdict"] == INCONCLUSIVE
     assert evaluate_claim(_claim(test="paired"), "miniature", tables)["verdict"] == HOLDS
 
 
 def test_cells_without_runs_are_inconclusive():
     found = evaluate_claim(_claim(), "miniature", {"exp": _table({("ma", ""): [0.5, 0.6]})})
-    assert found["verdict"] == INCONCLUSIVE
+    assert found["test_verdict"] == INCONCLUSIVE
     assert found["comparisons"][0]["b"] == {"n": 0, "mean": None, "std": None}
     assert "no finite value" in found["comparisons"][0]["reason"]
 
@@ -209,6 +213,9 @@ def test_a_scale_without_cells_is_not_run():
         "p": None,
         "checks": [],
         "failing_checks": [],
+        "sensitivity": [],
+        "sensitive_to": [],
+        "contradiction_unmet": [],
         "verdict": None,
     }
 

@@ -114,7 +114,7 @@ def test_an_entry_marks_itself_consequential(tmp_path):
 
 def test_the_readings_a_headline_number_rests_on_are_marked_consequential():
     """Clipping, the schedule, δ and α, the miniature's training length, RSW's α scaling and ASAP's lr in
-    miniature: the paper is silent and the choice moves a headline number (docs/report.md#claims)."""
+    miniature: the paper is silent and the choice moves a headline number (docs/report.md#verdicts)."""
     marked = set().union(*(consequential_anchors(page) for page in READINGS.glob("*.md")))
     assert {"pfml-r4", "pfml-r15", "pfml-r22", "proto-r10", "rsw-r25", "asap-r40"} <= marked
     links = reading_links(["pfml-r4", "pfml-r1"], READINGS, ROOT)

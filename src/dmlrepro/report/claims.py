@@ -1,5 +1,6 @@
 """The report's Claims section: each paper's headline directional claims (config/claims.yaml),
-tested over seeds, with a verdict — holds, contradicted or inconclusive (docs/report.md#claims).
+tested over seeds, with a verdict — holds, not reproduced, recipe-sensitive, contradicted or not
+testable at this scale (docs/report.md#verdicts).
 
 A claim compares cells (an experiment's method, optionally at a sweep point) on a metric: every
 (better, worse) pair of sides on every dataset and metric of the scale is one comparison, tested
@@ -12,8 +13,14 @@ inconclusive. The claim holds when every comparison holds (an intersection–uni
 
 The mechanism checks a claim's scale declares (`checks`: report.mechanisms, with the catalogue's
 expected ranges) gate that verdict: when one fails, the claim is "not testable at this scale", with
-the failing check named, whatever its comparisons say. The section is written to claims.json too
-(`claims_record`), from the same evaluation the HTML renders.
+the failing check named, whatever its comparisons say. A scale's `sensitivity` set trains the claim's
+cells under each alternative of a consequential reading: when the comparisons' verdict differs under
+one, the claim is "recipe-sensitive", naming the reading. The comparisons' "contradicted" stands only
+when every condition of a contradiction holds (`contradiction_unmet`: equal tuning, every side
+converged, >= 5 seeds, a sensitivity set that does not flip, every gate passing; "A Metric Learning
+Reality Check", Musgrave et al., ECCV 2020); otherwise, and when they are inconclusive, the claim is
+"not reproduced". The section is written to claims.json too (`claims_record`), from the same
+evaluation the HTML renders.
 """
 
 from __future__ import annotations
@@ -33,12 +40,16 @@ from dmlrepro.atomic import write_json_atomic
 
 from .aggregate import MLRC_FOLD_KEY, untrained_column
 from .mechanisms import CHECKS, run_check
+from .readings import ANCHOR as READING
 from .reported import load_reported, paper_units
 from .significance import ALPHA, TTest, paired_test, welch_test
 
-HOLDS, CONTRADICTED, INCONCLUSIVE = "holds", "contradicted", "inconclusive"
+HOLDS, CONTRADICTED, INCONCLUSIVE = "holds", "contradicted", "inconclusive"  # a comparison's, and the tests' verdict
 NOT_TESTABLE = "not testable at this scale"  # a mechanism check failed: the comparisons do not test the claim
-VERDICTS = (HOLDS, CONTRADICTED, INCONCLUSIVE, NOT_TESTABLE)
+NOT_REPRODUCED = "not reproduced"  # the runs do not support the claim, nor earn a contradiction
+RECIPE_SENSITIVE = "recipe-sensitive"  # the tests' verdict changes under a consequential reading's alternative
+VERDICTS = (HOLDS, NOT_REPRODUCED, RECIPE_SENSITIVE, CONTRADICTED, NOT_TESTABLE)  # a claim's
+MIN_SEEDS = 5  # a contradiction needs at least this many seeds on every compared side
 TESTS = {"welch": "two-sided Welch t-test", "paired": "two-sided paired t-test (seeds both cells have)"}
 
 
@@ -124,6 +135,14 @@ def check_claims(claims: Sequence[Mapping], config: Mapping, scale: str) -> None
             _check_cell(f"{where}.scales.{scale}.cells.{side}", cell, config, spec["datasets"], _metrics(claim, scale))
         for j, entry in enumerate(spec.get("checks") or []):
             _check_gate(f"{where}.scales.{scale}.checks[{j}]", claim, scale, entry, config)
+        for j, alternative in enumerate(spec.get("sensitivity") or []):
+            at = f"{where}.scales.{scale}.sensitivity[{j}]"
+            if not READING.match(alternative["reading"]):
+                raise ValueError(f"{at}.reading: {alternative['reading']!r} is not a reading id like 'pfml-r4'")
+            for side, cell in alternative["cells"].items():
+                if side not in spec["cells"]:
+                    raise ValueError(f"{at}.cells: {side!r} has no cell at scale {scale} ({sorted(spec['cells'])})")
+                _check_cell(f"{at}.cells.{side}", cell, config, spec["datasets"], _metrics(claim, scale))
 
 
 def _check_gate(where: str, claim: Mapping, scale: str, entry: Mapping, config: Mapping) -> None:
@@ -249,26 +268,64 @@ def evaluate_claim(
     """The claim's comparisons at `scale` from the per-seed tables, each with both sides' mean ± std
     and n (paper units), their untrained values, Δ, t, ν, p and its verdict; the mechanism checks of
     the scale (`ranges`: the catalogue's `checks`); the verdict of the comparisons alone
-    (`test_verdict`), the claim's `p` and its verdict (None: no cells here; NOT_TESTABLE: a check failed)."""
+    (`test_verdict`), the claim's `p`, its sensitivity set's results, the unmet conditions of a
+    contradiction and its verdict (None: no cells here; see the module's docstring)."""
     spec = (claim.get("scales") or {}).get(scale) or {"datasets": [], "cells": {}}
+    rows = compare_cells(claim, scale, spec["cells"], tables)
+    tested = claim_verdict(r["verdict"] for r in rows)
+    checks = [] if tested is None else gate_checks(claim, scale, tables, ranges)
+    failing = [c for c in checks if not c["pass"]]
+    sensitivity = [] if tested is None else sensitivity_results(claim, scale, tables)
+    sensitive_to = [s["reading"] for s in sensitivity if s["test_verdict"] not in (None, tested)]
+    unmet = contradiction_unmet(claim, scale, rows, checks, sensitivity)
+    return {
+        "comparisons": rows,
+        "test_verdict": tested,
+        "p": claim_p(rows, tested),
+        "checks": checks,
+        "failing_checks": [f"{c['name']} ({c['target']}, {c['dataset']})" for c in failing],
+        "sensitivity": sensitivity,
+        "sensitive_to": sensitive_to,
+        "contradiction_unmet": unmet if tested == CONTRADICTED else [],
+        "verdict": final_verdict(tested, bool(failing), sensitive_to, unmet),
+    }
+
+
+def final_verdict(tested: str | None, failing: bool, sensitive_to: Sequence[str], unmet: Sequence[str]) -> str | None:
+    """A failing gate -> not testable; a sensitivity flip -> recipe-sensitive; the tests' holds -> holds;
+    their contradicted with every condition met -> contradicted; otherwise not reproduced."""
+    if tested is None:
+        return None
+    if failing:
+        return NOT_TESTABLE
+    if sensitive_to:
+        return RECIPE_SENSITIVE
+    if tested == HOLDS:
+        return HOLDS
+    return CONTRADICTED if tested == CONTRADICTED and not unmet else NOT_REPRODUCED
+
+
+def compare_cells(claim: Mapping, scale: str, cells: Mapping[str, Mapping], tables: Mapping[str, pd.DataFrame]):
+    """One row per (better, worse) pair with both cells here, dataset and metric of the scale."""
+    spec = (claim.get("scales") or {}).get(scale) or {"datasets": []}
     paired = claim.get("test", "welch") == "paired"
     sign = -1 if claim.get("lower_is_better") else 1
     units = [
         (better, worse, dataset, metric)
         for better, worse in comparisons(claim)
-        if better in spec["cells"] and worse in spec["cells"]
+        if better in cells and worse in cells
         for dataset in spec["datasets"]
         for metric in _metrics(claim, scale)
     ]
     rows = []
     for better, worse, dataset, metric in units:
-        a = cell_values(tables, spec["cells"][better], dataset, metric)
-        b = cell_values(tables, spec["cells"][worse], dataset, metric)
+        a = cell_values(tables, cells[better], dataset, metric)
+        b = cell_values(tables, cells[worse], dataset, metric)
         test = paired_test(a, b) if paired else welch_test(list(a.values()), list(b.values()))
         sa, sb = _summary(a, metric), _summary(b, metric)
         delta = None if sa["mean"] is None or sb["mean"] is None else sa["mean"] - sb["mean"]
         untrained = [
-            _summary(cell_values(tables, spec["cells"][side], dataset, untrained_column(metric)), metric)
+            _summary(cell_values(tables, cells[side], dataset, untrained_column(metric)), metric)
             for side in (better, worse)
         ]
         rows.append(
@@ -289,17 +346,51 @@ def evaluate_claim(
                 "verdict": comparison_verdict(delta, test, sign, k=len(units)),
             }
         )
-    tested = claim_verdict(r["verdict"] for r in rows)
-    checks = [] if tested is None else gate_checks(claim, scale, tables, ranges)
-    failing = [c for c in checks if not c["pass"]]
-    return {
-        "comparisons": rows,
-        "test_verdict": tested,
-        "p": claim_p(rows, tested),
-        "checks": checks,
-        "failing_checks": [f"{c['name']} ({c['target']}, {c['dataset']})" for c in failing],
-        "verdict": NOT_TESTABLE if failing else tested,
-    }
+    return rows
+
+
+def sensitivity_results(claim: Mapping, scale: str, tables: Mapping[str, pd.DataFrame]) -> list[dict]:
+    """Per alternative of the scale's `sensitivity` set: its reading (as PFML-R4), label, the comparisons
+    with the alternative's cells in place of the chosen reading's, and their verdict (None: no runs)."""
+    spec = (claim.get("scales") or {}).get(scale) or {}
+    out = []
+    for alternative in spec.get("sensitivity") or []:
+        cells = {**spec["cells"], **alternative["cells"]}
+        rows = compare_cells(claim, scale, cells, tables)
+        ran = any(r["a"]["n"] and r["b"]["n"] for r in rows)
+        out.append(
+            {
+                "reading": alternative["reading"].upper(),
+                "label": alternative["label"],
+                "test_verdict": claim_verdict(r["verdict"] for r in rows) if ran else None,
+                "comparisons": [
+                    {k: r[k] for k in ("dataset", "metric", "better", "worse", "delta", "p", "verdict")} for r in rows
+                ],
+            }
+        )
+    return out
+
+
+def contradiction_unmet(
+    claim: Mapping, scale: str, rows: Sequence[Mapping], checks: Sequence[Mapping], sensitivity: Sequence[Mapping]
+) -> list[str]:
+    """The conditions a contradiction needs that these runs do not meet (docs/report.md#verdicts)."""
+    spec = (claim.get("scales") or {}).get(scale) or {}
+    unmet = []
+    if not spec.get("equal_tuning"):
+        unmet.append("equal tuning (no search with the same budget for both sides)")
+    sides = {claim["sides"][side] for side in spec.get("cells") or {}}
+    converged = {c["target"] for c in checks if c["name"] == "validation_plateau" and c["pass"]}
+    if not sides <= converged:
+        unmet.append("every side converged (validation_plateau on each)")
+    seeds = min((min(r["a"]["n"], r["b"]["n"]) for r in rows), default=0)
+    if seeds < MIN_SEEDS:
+        unmet.append(f">= {MIN_SEEDS} seeds ({seeds})")
+    if not sensitivity or any(s["test_verdict"] is None for s in sensitivity):
+        unmet.append("a sensitivity set, every alternative run")
+    if any(not c["pass"] for c in checks):
+        unmet.append("every gate passing")
+    return unmet
 
 
 def gate_checks(
@@ -423,8 +514,10 @@ CHECK_FIELDS = (
 
 def claims_record(section: Mapping | None) -> dict:
     """results/report/claims.json: per claim its id, paper, source, verdict ("not run at this scale"
-    when it has no cells here), the comparisons' own verdict, p (claim_p), the failing checks and each
-    check's name, target, dataset, value, expected range and pass; the same evaluation as the section."""
+    when it has no cells here), the comparisons' own verdict, p (claim_p), the failing checks, the
+    readings it is sensitive to, the unmet conditions of a contradiction, the sensitivity set's
+    per-reading results and each check's name, target, dataset, value, expected range and pass; the same
+    evaluation as the section."""
     if section is None:
         return {"scale": None, "alpha": ALPHA, "counts": {}, "claims": []}
     claims = [
@@ -436,6 +529,9 @@ def claims_record(section: Mapping | None) -> dict:
             "test_verdict": c.get("test_verdict"),
             "p": c.get("p"),
             "failing_checks": c.get("failing_checks", []),
+            "sensitive_to": c.get("sensitive_to", []),
+            "contradiction_unmet": c.get("contradiction_unmet", []),
+            "sensitivity": c.get("sensitivity", []),
             "checks": [{k: check.get(k) for k in CHECK_FIELDS} for check in c.get("checks", [])],
             "comparisons": [
                 {k: r[k] for k in ("dataset", "metric", "better", "worse", "delta", "p", "verdict")}

@@ -7,7 +7,7 @@ the rendered index.html, so the links work wherever the results folder lies on t
 
 A reading is *consequential* when its entry has a paragraph starting `**Consequential.**`: the paper is
 silent and the choice can move a headline number, so the claims that rest on it are trained under each
-alternative too (config/claims.yaml `sensitivity`, docs/report.md#claims).
+alternative too (config/claims.yaml `sensitivity`, docs/report.md#verdicts).
 """
 
 from __future__ import annotations
