@@ -115,7 +115,10 @@ _NOT_HPARAMS = {"num_classes", "embedding_size", "base"}
 def _keyword_defaults(builder: Callable[..., nn.Module]) -> dict[str, Any]:
     """The builder's parameters with a default; for a function ``build(num_classes, embedding_size, **hparams)``
     annotated to return a class, that class's."""
-    signature = inspect.signature(builder, eval_str=True)
+    try:
+        signature = inspect.signature(builder, eval_str=True)
+    except NameError:  # an annotation naming what only type checkers import: no return class to follow
+        signature = inspect.signature(builder)
     kinds = {param.kind for param in signature.parameters.values()}
     target = signature.return_annotation
     if inspect.Parameter.VAR_KEYWORD in kinds and inspect.isclass(target) and not inspect.isclass(builder):
