@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import Markup, escape
 
 from dmlrepro.atomic import atomic_write_text
 
@@ -21,6 +22,9 @@ from .summary import summary_rows
 
 TEMPLATE = "index.html.j2"
 FIGURES = "figures"
+#: the most columns of a comparison table drawn side by side: ASAP Table 1's 16 (4 datasets x 4 MLRC metrics)
+#: or RSW Table IV's 10 corruptions in one table run past a 1,400 px window (docs/report.md#reading-a-table)
+MAX_COLUMNS = 8
 
 
 def fmt(value: Any, digits: int = 2, signed: bool = False) -> str:
@@ -34,6 +38,56 @@ def pvalue(value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     return "< 0.001" if value < 0.001 else f"{value:.3g}"
+
+
+def breakable(text: str) -> Markup:
+    """A metric name that may wrap after each "@" (precision@1@<wbr>concatenated), escaped."""
+    return Markup(str(escape(text)).replace("@", "@<wbr>"))
+
+
+def table_blocks(table: Mapping[str, Any], limit: int = MAX_COLUMNS) -> list[dict]:
+    """A comparison table (report.compare) as blocks of at most `limit` columns, each drawn as its own table:
+    the datasets in their order, whole where they fit beside the previous ones, one wider than `limit` split
+    evenly. Each block: `index` (its columns), `groups` (the header's datasets: dataset, stand_in,
+    ours_dataset, span) and `rows` (the table's rows that show something there: a printed row only
+    where the paper prints one of the block's values)."""
+    columns = table["columns"]
+    parts: list[list[int]] = []
+    for i, column in enumerate(columns):  # consecutive columns of one dataset
+        if parts and columns[parts[-1][0]]["ours_dataset"] == column["ours_dataset"]:
+            parts[-1].append(i)
+        else:
+            parts.append([i])
+    parts = [piece for part in parts for piece in _split_evenly(part, limit)]
+    blocks: list[list[int]] = []
+    for part in parts:
+        if blocks and len(blocks[-1]) + len(part) <= limit:
+            blocks[-1].extend(part)
+        else:
+            blocks.append(list(part))
+    return [_block(table, index) for index in blocks]
+
+
+def _split_evenly(part: list[int], limit: int) -> list[list[int]]:
+    pieces = -(-len(part) // limit)
+    size = -(-len(part) // pieces)
+    return [part[k : k + size] for k in range(0, len(part), size)]
+
+
+def _block(table: Mapping[str, Any], index: list[int]) -> dict:
+    groups: list[dict] = []
+    for i in index:
+        column = table["columns"][i]
+        if groups and groups[-1]["ours_dataset"] == column["ours_dataset"]:
+            groups[-1]["span"] += 1
+        else:
+            groups.append({**column, "span": 1})
+    rows = [
+        row
+        for row in table["rows"]
+        if row["source"] != "paper" or any(row["cells"][i].get("paper_text") for i in index)
+    ]
+    return {"index": index, "groups": groups, "rows": rows}
 
 
 def render_report(
@@ -65,6 +119,7 @@ def render_report(
                 out_html.parent,
                 f"experiments.{s.get('experiment')}.report.readings",
             ),
+            "table_blocks": table_blocks(s["table"]) if s.get("table") else [],
         }
         for s in sections
     ]
@@ -82,6 +137,7 @@ def render_report(
     )
     env.filters["fmt"] = fmt
     env.filters["pvalue"] = pvalue
+    env.filters["breakable"] = breakable
     html = env.get_template(TEMPLATE).render(
         title=title,
         summary=summary,
