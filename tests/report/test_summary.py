@@ -85,6 +85,9 @@ def test_table_less_sections_and_not_run_experiments():
         {"experiment": "pfml_fig2", "title": "PFML Fig. 2", "shows": "2 figures"},
         {"experiment": "pfml_table1_sop", "title": "pfml_table1_sop", "not_run": "SOP not prepared"},
     ]
+    published = _section("rsw_table5")
+    published["table"]["rows"] = [r for r in published["table"]["rows"] if r["source"] == "paper"]
+    assert summary_rows([published])[0]["shows"] == "the paper's numbers alone"  # not "no value of ours"
     with pytest.raises(ValueError, match="expected keys 'experiment' and 'reason'"):
         summary_rows([], [{"experiment": "x"}])
 

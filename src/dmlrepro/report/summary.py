@@ -26,6 +26,8 @@ def _section_row(section: Mapping[str, Any]) -> dict:
     table = section.get("table")
     if not table:
         return {**row, "shows": _what_it_shows(section)}
+    if not any(r["source"] == "ours" for r in table["rows"]):  # datasets: [] (RSW Tables V-VIII): nothing rerun
+        return {**row, "shows": "the paper's numbers alone"}
     compared = [
         cell for r in table["rows"] if r["source"] == "ours" for cell in r["cells"] if cell.get("delta") is not None
     ]
