@@ -1,5 +1,6 @@
 """The GPU check's stack probe (benchmarks/gpu_check.sh): torch, CUDA, the arch list, bfloat16,
-faiss and whether its GPU build loads, the other packages, the commit. Usage: gpu_check_probe.py OUT.json"""
+faiss and whether its GPU build loads, the other packages, the commit, and the node's facts as
+`dmlrepro doctor` prints them (driver, GPUs, CPUs allowed). Usage: gpu_check_probe.py OUT.json"""
 
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ def _faiss() -> dict:
 def probe() -> dict:
     import torch
 
+    from dmlrepro.doctor import facts as doctor_facts
+    from dmlrepro.train.runtime import cpu_model
+
     cuda = torch.cuda.is_available()
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or None
     return {
@@ -42,10 +46,11 @@ def probe() -> dict:
         "torch": torch.__version__,
         "cuda_runtime": torch.version.cuda,
         "cuda_available": cuda,
-        "device_name": torch.cuda.get_device_name(0) if cuda else platform.processor() or platform.machine(),
+        "device_name": torch.cuda.get_device_name(0) if cuda else cpu_model(),
         "arch_list": torch.cuda.get_arch_list() if cuda else [],
         "bf16_supported": torch.cuda.is_bf16_supported() if cuda else None,
         "faiss": _faiss(),
+        "node": doctor_facts(),
         "packages": {
             n: _version(n)
             for n in ("torchvision", "timm", "pytorch-metric-learning", "snakemake", "nvidia-dali-cuda130")

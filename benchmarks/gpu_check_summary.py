@@ -1,10 +1,11 @@
 """The GPU check's summary (benchmarks/gpu_check.sh): the step outputs of WORK -> gpu_check.json and
-gpu_check.md in RET. Usage: gpu_check_summary.py WORK RET"""
+gpu_check.md in RET, and its verdict as the exit status: 1 when CUDA is absent (``--check full``) or the
+CUDA lane did not run, failed or skipped a test. Usage: gpu_check_summary.py WORK RET [--check full|tiny]"""
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def summary(work: Path) -> dict:
         if (work / "steps.jsonl").is_file()
         else []
     )
-    preflight = _json(work / "preflight.json")
+    preflight = _preflight(work)
     return {
         "probe": _json(work / "probe.json"),
         "steps": steps,
@@ -52,14 +53,34 @@ def summary(work: Path) -> dict:
         "pipeline_8_cpus": _cases(work / "pipeline_8cpu.json"),
         "epoch": _cases(work / "epoch.json"),
         "device_pipeline": _json(work / "device_pipeline.json"),
-        "preflight": None
-        if preflight is None
-        else {
-            "configs": preflight["configs"],
-            "total_hours": preflight["total_hours"],
-            "over_budget": preflight["over_budget"],
-        },
+        "preflight": preflight,
     }
+
+
+def _preflight(work: Path) -> dict | None:
+    """The preflight steps' results (one JSON per experiment), merged: shapes, projected hours, runs over budget."""
+    parts = [doc for doc in (_json(p) for p in sorted(work.glob("preflight_*.json"))) if doc]
+    if not parts:
+        return None
+    return {
+        "configs": [c for doc in parts for c in doc["configs"]],
+        "total_hours": sum(doc["total_hours"] for doc in parts),
+        "over_budget": [r for doc in parts for r in doc["over_budget"]],
+    }
+
+
+def verdict(doc: dict, check: str) -> list[str]:
+    """Why the check failed (empty: it passed): CUDA absent on a full check; the lane missing, failing or skipping."""
+    problems = []
+    probe = doc["probe"] or {}
+    if check == "full" and not probe.get("cuda_available"):
+        problems.append(f"CUDA is not available (torch {probe.get('torch')}, CUDA build {probe.get('cuda_runtime')})")
+    lane = doc["cuda_lane"]
+    if not lane or lane["tests"] == 0:
+        problems.append("the CUDA lane did not run")
+    elif lane["failures"] or lane["errors"] or lane["skipped"]:
+        problems.append(f"the CUDA lane: {lane['failures']} failed, {lane['errors']} errors, {lane['skipped']} skipped")
+    return problems
 
 
 def _ratio_rows(title: str, cases: list[dict]) -> list[str]:
@@ -92,6 +113,10 @@ def markdown(doc: dict, work: Path) -> str:
         f"# GPU check: {probe.get('device_name')} (torch {probe.get('torch')}, CUDA {probe.get('cuda_runtime')}, "
         f"commit {str(probe.get('commit'))[:7]})",
         "",
+        "**Failed:** " + "; ".join(doc["verdict"])
+        if doc["verdict"]
+        else f"**Passed** ({'CUDA present' if doc['check'] == 'full' else 'a CPU dry run'}, every lane test ran)",
+        "",
         "| check | result |",
         "|---|---|",
     ]
@@ -120,14 +145,26 @@ def markdown(doc: dict, work: Path) -> str:
             f"{len(p['over_budget'])} runs over budget |"
         )
         lines += _eval_rows(p["configs"])
-    for name in ("retrieval.log", "preflight.txt"):
-        if (work / name).is_file():
-            lines += ["", f"## {name}", "```", *(work / name).read_text().splitlines()[-30:], "```"]
+    for path in [work / "retrieval.log", *sorted(work.glob("preflight_*.txt"))]:
+        if path.is_file():
+            lines += ["", f"## {path.name}", "```", *path.read_text().splitlines()[-30:], "```"]
     return "\n".join(lines) + "\n"
 
 
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("work", type=Path)
+    parser.add_argument("ret", type=Path)
+    parser.add_argument("--check", default="full", choices=("full", "tiny"))
+    args = parser.parse_args()
+    doc = summary(args.work)
+    doc["check"], doc["verdict"] = args.check, verdict(doc, args.check)
+    (args.ret / "gpu_check.json").write_text(json.dumps(doc, indent=1))
+    (args.ret / "gpu_check.md").write_text(markdown(doc, args.work))
+    for problem in doc["verdict"]:
+        print(f"gpu check: failed: {problem}")
+    return int(bool(doc["verdict"]))
+
+
 if __name__ == "__main__":
-    work, ret = Path(sys.argv[1]), Path(sys.argv[2])
-    doc = summary(work)
-    (ret / "gpu_check.json").write_text(json.dumps(doc, indent=1))
-    (ret / "gpu_check.md").write_text(markdown(doc, work))
+    raise SystemExit(main())
