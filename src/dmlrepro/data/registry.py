@@ -11,6 +11,9 @@ mnist          MNIST handwritten digits           downloaded (torchvision's S3 m
 fashion_mnist  Fashion-MNIST (Zalando)            downloaded (Zalando's S3 bucket) or a local copy, md5
 synthetic      generated fine-grained shapes      generated from a seed, no network
 digits         scikit-learn handwritten digits    shipped with scikit-learn, no network
+double_mnist   Multi-digit MNIST, two digits      made from a prepared mnist or a local MNIST copy
+triple_mnist   Multi-digit MNIST, three digits    made from a prepared mnist or a local MNIST copy
+double_digits  two scikit-learn digits            shipped with scikit-learn, no network
 =============  =================================  ==========================================
 
 MNIST and Fashion-MNIST keep the official train/test files: the same 10 classes in both splits
@@ -26,11 +29,12 @@ from pathlib import Path
 from .benchmarks import BENCHMARKS, prepare_benchmark
 from .digits import EXPECTED as DIGITS_EXPECTED, prepare_digits
 from .manifest import Manifest
+from .multidigit import DEFAULTS as MULTIDIGIT_DEFAULTS, SPECS as MULTIDIGIT, expected_counts, prepare_multidigit
 from .prepared import dataset_dir, is_prepared, load_prepared, manifest_path, preparation_lock
 from .synthetic import DEFAULTS as SYNTHETIC_DEFAULTS, prepare_synthetic
 
-EMBEDDED = ("synthetic", "digits")
-DATASETS = tuple(BENCHMARKS) + EMBEDDED
+EMBEDDED = ("synthetic", "digits", "double_digits")
+DATASETS = tuple(BENCHMARKS) + EMBEDDED + ("double_mnist", "triple_mnist")
 
 
 def expected_train_images(name: str, params: Mapping | None = None) -> int:
@@ -41,6 +45,9 @@ def expected_train_images(name: str, params: Mapping | None = None) -> int:
     if name == "synthetic":
         p = {**SYNTHETIC_DEFAULTS, **{k: v for k, v in (params or {}).items() if v is not None}}
         return int(p["num_classes"]) // 2 * int(p["images_per_class"])
+    if name in MULTIDIGIT:
+        p = {**MULTIDIGIT_DEFAULTS, **{k: v for k, v in (params or {}).items() if v is not None}}
+        return expected_counts(name, int(p["images_per_class"]))["train_images"]
     _check_known(name)
     return DIGITS_EXPECTED["train_images"]
 
@@ -52,6 +59,9 @@ def describe(name: str) -> str:
     return {
         "synthetic": "generated fine-grained shapes (seeded, no network)",
         "digits": "scikit-learn handwritten digits, upsampled (no network)",
+        "double_digits": "two scikit-learn digits side by side, classes 00-99 (no network)",
+        "double_mnist": "Multi-digit MNIST, classes 00-99, from a prepared mnist or --from a local MNIST copy",
+        "triple_mnist": "Multi-digit MNIST, classes 000-999, from a prepared mnist or --from a local MNIST copy",
     }[name]
 
 
@@ -74,7 +84,9 @@ def prepare(
     expected md5 per file name (None: skip), ``strict_counts`` asserts the papers' counts; ``source``
     (mnist, fashion_mnist): a local copy of the IDX files instead of the download (docs/data.md).
     ``synthetic``: ``seed``, ``num_classes``, ``images_per_class``, ``size``, ``modes``,
-    ``family_size``. ``digits``: ``size``. An already prepared dataset is reused unless ``force``.
+    ``family_size``. ``digits``: ``size``. ``double_mnist``, ``triple_mnist`` (``source``, ``md5`` as
+    mnist's ``--from``), ``double_digits``: ``seed``, ``images_per_class``. An already prepared dataset
+    is reused unless ``force``.
     Two processes preparing the same folder take turns; the second then reuses the first's work.
     """
     _check_known(name)
@@ -107,6 +119,12 @@ def _prepare(name, root, *, urls, archives, md5, strict_counts, force, progress,
             force=force,
             progress=progress,
             source=source,
+        )
+    if name in MULTIDIGIT:
+        if urls or archives:
+            raise TypeError(f"dataset {name!r} is made from MNIST's digits; it takes --from, not urls or archives")
+        return prepare_multidigit(
+            name, root, source=source, md5=md5, force=force, progress=progress, strict_counts=strict_counts, **params
         )
     if urls or archives or md5 or source is not None:
         raise TypeError(f"dataset {name!r} is embedded; it takes no urls, archives, md5 or --from")
