@@ -25,7 +25,7 @@ import torch
 
 TF32_ROUNDOFF = 2.0**-11  # TensorFloat32 keeps 10 explicit mantissa bits
 BF16_ROUNDOFF = 2.0**-8
-BFLOAT16_SPEEDUP = 2.0  # a bfloat16 search chunk must be this much faster than float32's to be chosen
+BFLOAT16_SPEEDUP = 1.25  # a bfloat16 search chunk must be this much faster than float32's to be chosen
 PROBE_SHAPE = (256, 4096, 514)  # rows, columns, D + 3 of the measured chunk (PFML at D = 512)
 
 
