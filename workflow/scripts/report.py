@@ -38,4 +38,5 @@ with log_to(snakemake.log[0]):
         Path(snakemake.input.template).parent,
         title=snakemake.params.title,
         claims=claims,
+        not_run=snakemake.params.not_run,  # the experiments left out and why (dmlrepro.selection)
     )
