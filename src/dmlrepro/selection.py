@@ -124,10 +124,8 @@ def paper_of(experiment: str) -> str | None:
 
 def target_scopes(experiments: Sequence[str], reserved: Sequence[str] = ()) -> dict[str, list[str]]:
     """Workflow target -> the experiments its report shows: each paper with experiments, and each
-    experiment alone. An experiment named like a paper or a `reserved` name (the workflow's rules)
-    fails with one line."""
-    clash = sorted(set(experiments) & (set(PAPERS) | set(reserved)))
-    if clash:
-        raise ExperimentError(f"experiment {clash[0]!r}: the name of a workflow rule or paper; rename it")
+    experiment alone, but one named like a paper or a `reserved` name (the workflow's rules, e.g. an
+    experiment `search`), which is built by `all` and its paper's target only."""
     scopes = {paper: [e for e in experiments if paper_of(e) == paper] for paper in PAPERS}
-    return {**{p: names for p, names in scopes.items() if names}, **{e: [e] for e in experiments}}
+    taken = set(PAPERS) | set(reserved)
+    return {**{p: names for p, names in scopes.items() if names}, **{e: [e] for e in experiments if e not in taken}}
