@@ -126,6 +126,7 @@ def tiny_on_slurm(tmp_path_factory):
     config["resources"] = {
         "train": {"default": {"runtime": 5, "mem_mb": 1000, "gpu": 1}, "synthetic": {"mem_mb": 1200}}
     }
+    config["defaults"]["device"] = "cpu"  # the CI node's GPUs are fake: device auto would stop a GPU job
     path = write_config(workdir / "tiny_slurm.yaml", config)
     plan = planned_jobs(through_slurm(workdir, path, "-n"))
     started = time.monotonic()
@@ -188,6 +189,7 @@ RESUME = {
     "data_root": "data",
     "results": "results",
     "defaults": {
+        "device": "cpu",  # the CI node's GPUs are fake: device auto would stop a job that asked for one
         "model": {"backbone": "tiny_cnn", "embedding_size": 16},
         "dataset": {
             "image_size": 32,

@@ -25,6 +25,7 @@ TINY = {
     "data_root": "data",
     "results": "results",
     "defaults": {
+        "device": "cpu",  # the CI node's GPUs are fake: device auto would stop a job that asked for one
         "model": {"backbone": "tiny_cnn", "embedding_size": 16},
         "dataset": {
             "image_size": 32,

@@ -2,6 +2,7 @@
 dmlrepro.tuning.run_search into the search's folder (trials.csv, best.json, study.db, trials/); in a
 fork of the job server when the workflow runs one (dmlrepro.jobserver)."""
 
+import os
 from pathlib import Path
 
 from dmlrepro.jobserver import run_job
@@ -10,6 +11,8 @@ from dmlrepro.runs import job_runtime
 
 runtime = job_runtime(snakemake.params.data_root, snakemake.threads, snakemake.config["cache_images"])
 spec = snakemake.params.search
+# the job's GPU request: device auto then stops at once where no GPU is usable (docs/environment.md#gpu-driver)
+os.environ["DMLREPRO_GPUS"] = str(snakemake.resources.gpu)
 run_job(
     "dmlrepro.tuning:run_search",
     deep_merge(snakemake.params.config, runtime),

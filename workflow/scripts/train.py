@@ -12,6 +12,8 @@ from dmlrepro.runs import job_runtime
 runtime = job_runtime(snakemake.params.data_root, snakemake.threads, snakemake.config["cache_images"])
 config = deep_merge(snakemake.params.config, runtime)
 os.environ.update(job_budget_env(snakemake.resources.runtime))  # the engine's time-budget check (docs/preflight.md)
+# the job's GPU request: device auto then stops at once where no GPU is usable (docs/environment.md#gpu-driver)
+os.environ["DMLREPRO_GPUS"] = str(snakemake.resources.gpu)
 run_job(
     "dmlrepro.train:train_run",
     config,
