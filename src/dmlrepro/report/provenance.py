@@ -113,8 +113,8 @@ def section_runs(
     runs: Sequence[Mapping[str, Any]], metrics_files: Sequence[str | Path], train_logs: Sequence[str | Path]
 ) -> list[dict[str, Any]]:
     """One experiment's runs as the provenance table lists them: run_id, method, dataset, seed, epochs
-    (from each run's resolved `config`), status, device and training / evaluation precision
-    (metrics.json; the config's device for a run recorded before the precision was) and
+    (from each run's resolved `config`), status, device (:func:`device_text`) and training / evaluation
+    precision (metrics.json; the config's device for a run recorded before the precision was) and
     train_hours (train_log.csv)."""
     out = []
     for run, metrics, log in zip(runs, metrics_files, train_logs, strict=True):
@@ -126,7 +126,7 @@ def section_runs(
                 "method": run["method"],
                 "dataset": run["dataset"],
                 "seed": run["seed"],
-                "device": precision.get("device", run["config"]["device"]),
+                "device": device_text(precision, run["config"]["device"]),
                 "epochs": run["config"]["epochs"],
                 **UNRECORDED_PRECISION,
                 **{f"{k}_precision": precision[k] for k in ("train", "eval") if k in precision},
@@ -135,6 +135,18 @@ def section_runs(
             }
         )
     return out
+
+
+def device_text(precision: Mapping[str, Any], configured: str) -> str:
+    """The device a run trained on (metrics.json's `precision`, else the `configured` one) and, where
+    recorded, the hardware behind it: the device's name, a GPU's uuid and the workflow's GPU slot
+    (`cuda:0 (NVIDIA H200; <its uuid>; slot 2)`)."""
+    facts = [precision.get("device_name"), precision.get("gpu_uuid")]
+    if precision.get("gpu_slot"):
+        facts.append(f"slot {precision['gpu_slot']}")
+    facts = [str(fact) for fact in facts if fact]
+    device = precision.get("device", configured)
+    return f"{device} ({'; '.join(facts)})" if facts else str(device)
 
 
 def collect_section_runs(sections: Mapping[str, str | Path]) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
