@@ -164,3 +164,13 @@ def test_dense_distances_run_without_tf32_even_when_the_run_allows_it(proxies_pe
         torch.set_float32_matmul_precision(before)
     assert len(flags.seen) >= 3 * 3  # three distance blocks, each a product forward and two backward
     assert set(flags.seen) == {(False, "highest")}
+
+
+def test_float32_product_gradients_are_a_products():
+    """The TF32-free product's backward (itself TF32-free products) against finite differences, twice."""
+    from dmlrepro.losses.distances import float32_product
+
+    a = torch.randn(2, 5, 3, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(float32_product, (a, b))
+    assert torch.autograd.gradgradcheck(float32_product, (a, b))
