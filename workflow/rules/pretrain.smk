@@ -54,8 +54,6 @@ rule pretrain_digit_trunk:
     log:
         LAYOUT.log("pretrain_digit_trunk", "{digits}"),
     priority: 10
-    conda:
-        "../envs/dmlrepro-gpu.yaml"
     threads: 2  # pretraining always runs 2 torch threads: the weights depend on it (docs/miniature.md)
     params:
         recipe=lambda wildcards: canonical(DIGIT_RECIPES[wildcards.digits]),
