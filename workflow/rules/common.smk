@@ -222,6 +222,16 @@ def experiment_methods(wildcards):
     return canonical({name: config["methods"][name] for name in names})
 
 
+def target_experiments(wildcards):
+    """The built experiments of a target (TARGETS: workflow/rules/targets.smk), in the config's order."""
+    return [name for name in TARGETS[wildcards.target] if name in EXPERIMENTS]
+
+
+def target_files(pattern):
+    """Input function: `pattern` filled for each built experiment of the target."""
+    return lambda wildcards: expand(pattern, experiment=target_experiments(wildcards))
+
+
 def train_resource(name):
     """A training job's resource `name` for the scheduler (runtime, mem_mb, gpu, cpus: the job's
     threads, or slurm_extra: the warning signal), dmlrepro.job_requests.train_request and slurm_signal.

@@ -8,16 +8,6 @@ TARGETS = target_scopes(
 )
 
 
-def target_experiments(wildcards):
-    """The built experiments of a target, in the config's order."""
-    return [name for name in TARGETS[wildcards.target] if name in EXPERIMENTS]
-
-
-def target_files(pattern):
-    """Input function: `pattern` filled for each built experiment of the target."""
-    return lambda wildcards: expand(pattern, experiment=target_experiments(wildcards))
-
-
 use rule report as target_report with:
     input:
         sections=target_files(rules.report_section.output.section),
