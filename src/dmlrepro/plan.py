@@ -198,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--only-datasets", nargs="+", metavar="NAME", help="as snakemake --config 'only_datasets=[NAME,...]'"
     )
+    p.add_argument("--opt-in", nargs="+", metavar="NAME", help="as snakemake --config 'opt_in=[NAME,...]'")
     p.add_argument("--preflight", metavar="FILE", help="a preflight's JSON (dmlrepro preflight --json FILE)")
     p.add_argument("--experiments", action="store_true", help="a table per experiment instead of per dataset")
     p.add_argument("--json", action="store_true", help="print the whole plan as JSON")
@@ -210,6 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         config = yaml.safe_load(Path(args.configfile).read_text())
         if args.only_datasets:
             config["only_datasets"] = args.only_datasets
+        if args.opt_in:
+            config["opt_in"] = args.opt_in
         preflight = json.loads(Path(args.preflight).read_text()) if args.preflight else None
         plan = make_plan(config, args.targets, preflight)
     except (OSError, yaml.YAMLError, json.JSONDecodeError, ExperimentError, ValueError, KeyError) as error:

@@ -134,3 +134,16 @@ def test_plan_of_a_paper_with_a_preflight(tmp_path, capsys):
     assert len(screen.splitlines()) < 60  # one screen
     assert plan.main(["nope", "--configfile", str(config)]) == 2
     assert "unknown target 'nope'" in capsys.readouterr().err
+
+
+def test_plan_of_a_search_asks_its_trials_times_folds(tmp_path):
+    """RSW's reality check on CUB (opt-in): each search job trains 50 trials x 4 folds in one allocation,
+    12,000 minutes at CUB's 60 (docs/slurm.md); its final stage is counted at the space's example point."""
+    config = {**PAPER, "data_root": str(tmp_path), "opt_in": ["rsw_reality_cub"]}
+    doc = plan.make_plan(config, ["rsw_reality_cub"])
+    spec = PAPER["experiments"]["rsw_reality_cub"]["search"]
+    searches = [row for row in doc["jobs"] if row["runs"] > 1]
+    assert searches and all(row["runs"] == spec["trials"] * len(spec["folds"]) == 200 for row in searches)
+    assert all(row["runtime_min"] == 12_000 for row in searches)
+    finals = [row for row in doc["jobs"] if row["runs"] == 1]
+    assert len(finals) > 0 and doc["papers"][0]["runs"] == 200 * len(searches) + len(finals)
