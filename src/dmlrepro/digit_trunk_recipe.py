@@ -87,3 +87,10 @@ def workflow_recipes(runs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Recipe hash -> recipe of every run (objects with a resolved ``config``) that fine-tunes from the trunk."""
     recipes = (_recipe_of(run.config) for run in runs.values())
     return {recipe_hash(r): r for r in recipes if r is not None}
+
+
+def prepared_inputs(recipe: Mapping[str, Any]) -> list[str]:
+    """The datasets a recipe's pretraining reads prepared: MNIST's digits come from the prepared multi-digit
+    set (its manifest is the rule's input); scikit-learn's bundled digits need none."""
+    dataset = recipe["dataset"]
+    return [dataset] if SPECS[dataset].source == "mnist" else []

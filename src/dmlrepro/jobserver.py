@@ -81,6 +81,7 @@ ENTRY_POINTS = frozenset(
         "dmlrepro.tuning:run_search",
         "dmlrepro.data:prepare",
         "dmlrepro.models.standin:pretrain",
+        "dmlrepro.models.digit_trunk:pretrain",
         "dmlrepro.report.aggregate:write_experiment_tables",
         "dmlrepro.report.section_job:write_section",
     }

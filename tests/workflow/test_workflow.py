@@ -483,11 +483,19 @@ def test_final_stage_trains_each_searchs_best_point_in_one_call(finished, tmp_pa
     assert not (finished / "results/experiments/reality.csv").exists()  # the shared fixture is untouched
 
 
+# the one lint the workflow keeps on purpose: no rule names a conda env or container, because nothing here
+# could test one (docs/preflight.md#conda)
+NO_DEPLOYMENT_LINT = "Specify a conda environment or container for each rule."
+
+
 def test_lint_and_format():
     lint = subprocess.run(
         [str(SNAKEMAKE), "--lint", "-s", str(REPO / "Snakefile")], cwd=REPO, capture_output=True, text=True, timeout=300
     )
-    assert lint.returncode == 0 and "Congratulations" in lint.stdout + lint.stderr, lint.stdout + lint.stderr
+    output = lint.stdout + lint.stderr
+    lints = {line.strip()[2:].rstrip(":") for line in output.splitlines() if line.lstrip().startswith("* ")}
+    assert lints <= {NO_DEPLOYMENT_LINT}, output
+    assert lint.returncode == 0 or lints, output
     snakefmt = shutil.which("snakefmt", path=str(SNAKEMAKE.parent))
     fmt = subprocess.run([snakefmt, "--check", "Snakefile", "workflow"], cwd=REPO, capture_output=True, text=True)
     assert fmt.returncode == 0, fmt.stderr

@@ -9,8 +9,8 @@ from dmlrepro.standin_recipe import (
     workflow_recipes,
 )
 
-from dmlrepro.data.multidigit import SPECS as MULTIDIGIT
 from dmlrepro.digit_trunk_recipe import (
+    prepared_inputs as digit_trunk_inputs,
     weights_file_of_hash as digit_weights_of_hash,
     workflow_recipes as digit_recipes,
 )
@@ -41,14 +41,12 @@ rule pretrain_standin:
 DIGIT_RECIPES = digit_recipes(TABLE.all_trained())  # recipe hash -> recipe
 
 
-def digit_trunk_data(wildcards):
-    dataset = DIGIT_RECIPES[wildcards.digits]["dataset"]
-    return [LAYOUT.manifest(dataset)] if MULTIDIGIT[dataset].source == "mnist" else []
-
-
 rule pretrain_digit_trunk:
     input:
-        digit_trunk_data,
+        lambda wildcards: [
+            LAYOUT.manifest(name)
+            for name in digit_trunk_inputs(DIGIT_RECIPES[wildcards.digits])
+        ],
     output:
         weights=str(digit_weights_of_hash(STANDIN, "{digits}")),
     log:

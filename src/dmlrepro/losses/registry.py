@@ -238,7 +238,7 @@ def import_loss(path: str) -> LossSpec:
     builder = getattr(module, attribute, None)
     if builder is None:
         raise ValueError(f"loss {path!r}: module {module_name!r} has no {attribute!r}")
-    declared = next((spec for spec in REGISTRY.values() if spec.build is builder), None)
+    declared = next((entry for entry in REGISTRY.values() if entry.build is builder), None)
     if declared is None:
         raise ValueError(f"loss {path!r}: {attribute} is not declared; decorate it with dmlrepro.losses.register_loss")
     REGISTRY[path] = dataclasses.replace(declared, name=path)
