@@ -119,3 +119,11 @@ def test_the_readings_a_headline_number_rests_on_are_marked_consequential():
     assert {"pfml-r4", "pfml-r15", "pfml-r22", "proto-r10", "rsw-r25", "asap-r40"} <= marked
     links = reading_links(["pfml-r4", "pfml-r1"], READINGS, ROOT)
     assert [link["consequential"] for link in links] == [True, False]
+
+
+def test_a_section_says_which_of_its_readings_are_consequential(tmp_path):
+    html = _render(tmp_path, [_section(["pfml-r4", "pfml-r1"])], tmp_path / "out" / "index.html")
+    note = html[html.index("Readings these runs depend on") :].split("</p>", 1)[0]
+    r4, r1 = note.split(";")
+    assert "PFML-R4" in r4 and "consequential" in r4
+    assert "PFML-R1" in r1 and "consequential" not in r1
