@@ -27,7 +27,6 @@ Memory stays O(N·D + chunk·N) for torch and O(N·D + chunk·k) for faiss: no N
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import subprocess
 import sys
@@ -39,6 +38,7 @@ import numpy as np
 import torch
 
 from dmlrepro.config_names import KNN_BACKENDS
+from dmlrepro.ieee_float32 import exact_float32
 
 log = logging.getLogger(__name__)
 
@@ -262,28 +262,6 @@ def auto_backend(device_type: str, faiss_installed: bool) -> str:
 
 #: the precision of every search's scores (metrics.json's ``precision.search``)
 SEARCH_PRECISION = "float32"
-
-
-@contextlib.contextmanager
-def exact_float32() -> Iterator[None]:
-    """Matrix products in IEEE float32 inside, TF32 off (a run's ``speed.tf32`` turns it on for
-    training); the previous setting restored after. Set through the API that set it: the CUDA flag
-    ``torch.backends.cuda.matmul.allow_tf32`` (the engine's), or ``torch.set_float32_matmul_precision``
-    where a caller lowered it (torch refuses to read one API after the other was used)."""
-    matmul = torch.backends.cuda.matmul
-    lowered = getattr(getattr(torch.backends.mkldnn, "matmul", None), "fp32_precision", "none") not in ("none", "ieee")
-    prev = torch.get_float32_matmul_precision() if lowered else matmul.allow_tf32
-    if lowered:
-        torch.set_float32_matmul_precision("highest")
-    else:
-        matmul.allow_tf32 = False
-    try:
-        yield
-    finally:
-        if lowered:
-            torch.set_float32_matmul_precision(prev)
-        else:
-            matmul.allow_tf32 = prev
 
 
 # -- the ranking rule -----------------------------------------------------------------------------

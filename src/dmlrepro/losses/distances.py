@@ -14,44 +14,22 @@ on that pair's rounding error (from its own two norms): rounding can add candida
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 
 import torch
 
+from dmlrepro.ieee_float32 import exact_float32
+
 EPS2 = 1e-12
 
 
-@contextlib.contextmanager
-def full_float32_matmuls():
-    """Float32 matrix products in IEEE float32 inside, TF32 off, the previous setting restored on exit: the loss's
-    distances are then the same on every GPU, whatever `speed.tf32` (docs/losses.md#one-number-on-every-device).
-    Set through the API that set it, as `evaluation.knn.exact_float32` does: the CUDA flag `allow_tf32` (the
-    engine's), or `torch.set_float32_matmul_precision` where a caller lowered it (torch refuses to read one API
-    after the other was used)."""
-    matmul = torch.backends.cuda.matmul
-    lowered = getattr(getattr(torch.backends.mkldnn, "matmul", None), "fp32_precision", "none") not in ("none", "ieee")
-    before = torch.get_float32_matmul_precision() if lowered else matmul.allow_tf32
-    if lowered:
-        torch.set_float32_matmul_precision("highest")
-    else:
-        matmul.allow_tf32 = False
-    try:
-        yield
-    finally:
-        if lowered:
-            torch.set_float32_matmul_precision(before)
-        else:
-            matmul.allow_tf32 = before
-
-
 class _Float32Product(torch.autograd.Function):
-    """a @ bᵀ, forward and backward under `full_float32_matmuls` (its gradients are products of the same kind)."""
+    """a @ bᵀ, forward and backward under `exact_float32` (its gradients are products of the same kind)."""
 
     @staticmethod
     def forward(ctx, a, b):
         ctx.save_for_backward(a, b)
-        with full_float32_matmuls():
+        with exact_float32():
             return a @ b.transpose(-1, -2)
 
     @staticmethod
