@@ -102,7 +102,13 @@ def version() -> str:
 
 
 def usage() -> str:
-    lines = ["usage: dmlrepro COMMAND [ARGS ...]", "", "commands:"]
+    lines = [
+        "usage: dmlrepro COMMAND [ARGS ...]",
+        "",
+        "dmlrepro reproduces PFML, RSW and ASAP DML with their baselines; the workflow runs with snakemake (README.md).",
+        "",
+        "commands:",
+    ]
     lines += [f"  {name:14s} {help_}" for name, (_, _, _, help_) in COMMANDS.items()]
     lines += ["", "`dmlrepro COMMAND --help` describes a command's arguments; `dmlrepro --version` the version."]
     return "\n".join(lines)
