@@ -105,7 +105,7 @@ def usage() -> str:
     lines = [
         "usage: dmlrepro COMMAND [ARGS ...]",
         "",
-        "dmlrepro reproduces PFML, RSW and ASAP DML with their baselines; the workflow runs with snakemake (README.md).",
+        "dmlrepro reproduces PFML, RSW and ASAP DML with their baselines; snakemake runs the workflow (README.md).",
         "",
         "commands:",
     ]
