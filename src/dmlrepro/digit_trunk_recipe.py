@@ -34,7 +34,9 @@ RECIPE_DEFAULTS: dict[str, Any] = {
     "seed": 0,
 }
 HASH_LENGTH = 12
-PREFIX = "digits"
+PREFIX = "digits"  # the weights file's name: digits-<hash>.pt
+#: ``model.pretrained`` of the runs that fine-tune from the trunk; ``model.digit_trunk`` holds their recipe
+PRETRAINED = "digit_trunk"
 
 
 class DigitTrunkError(ValueError):
@@ -80,13 +82,27 @@ def weights_file_of_hash(folder: str | os.PathLike, digest: str) -> Path:
 
 def _recipe_of(config: Mapping[str, Any]) -> dict[str, Any] | None:
     model = config.get("model") or {}
-    return resolve_recipe(model.get("digit_trunk")) if model.get("pretrained") == PREFIX else None
+    return resolve_recipe(model.get("digit_trunk")) if model.get("pretrained") == PRETRAINED else None
 
 
 def workflow_recipes(runs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Recipe hash -> recipe of every run (objects with a resolved ``config``) that fine-tunes from the trunk."""
     recipes = (_recipe_of(run.config) for run in runs.values())
     return {recipe_hash(r): r for r in recipes if r is not None}
+
+
+def run_weights(config: Mapping[str, Any], folder: str | os.PathLike) -> list[str]:
+    """The trunk's weights file a run config starts from (``[]`` for the others): a job's input."""
+    recipe = _recipe_of(config)
+    return [] if recipe is None else [str(weights_file(folder, recipe))]
+
+
+def with_folder(config: Mapping[str, Any], folder: str | os.PathLike) -> dict[str, Any]:
+    """``config`` with ``model.weights_cache_dir = folder`` if it fine-tunes from the trunk (a location
+    key, not part of the run id); other configs unchanged."""
+    if _recipe_of(config) is None:
+        return dict(config)
+    return {**config, "model": {**config["model"], "weights_cache_dir": str(folder)}}
 
 
 def prepared_inputs(recipe: Mapping[str, Any]) -> list[str]:

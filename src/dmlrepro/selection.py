@@ -11,11 +11,13 @@ are left out, and one missing dataset never blocks the experiments of the others
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dmlrepro.data.benchmarks import BENCHMARKS
+from dmlrepro.data.multidigit import prepared_dependencies
 from dmlrepro.data.prepared import ARCHIVE_DIR, dataset_dir, is_prepared
 from dmlrepro.data.registry import EMBEDDED
 from dmlrepro.runs import ExperimentError, active_experiments, with_schema_defaults
@@ -46,6 +48,8 @@ def dataset_status(name: str, data_root: str) -> DatasetStatus:
         return DatasetStatus(name, GENERATED)
     if is_prepared(data_root, name):
         return DatasetStatus(name, PREPARED)
+    if prepared_dependencies(name):  # double_mnist, triple_mnist: made from mnist (docs/data.md#multi-digit-mnist)
+        return dataclasses.replace(dataset_status(prepared_dependencies(name)[0], data_root), name=name)
     bench = BENCHMARKS[name]
     folder = dataset_dir(data_root, name) / ARCHIVE_DIR
     if any(not (folder / r.filename).is_file() and not r.urls for r in bench.resources):

@@ -32,7 +32,7 @@ def test_workflow_recipes_only_of_runs_that_use_it():
         def __init__(self, model):
             self.config = {"model": model}
 
-    runs = {"a": Run({"pretrained": "digits", "digit_trunk": {"seed": 1}}), "b": Run({"pretrained": "standin"})}
+    runs = {"a": Run({"pretrained": "digit_trunk", "digit_trunk": {"seed": 1}}), "b": Run({"pretrained": "standin"})}
     assert workflow_recipes(runs) == {recipe_hash({"seed": 1}): resolve_recipe({"seed": 1})}
 
 
@@ -63,6 +63,16 @@ def test_pretrain_and_load(tmp_path):
         load_digit_trunk(model, {**TINY, "seed": 5}, tmp_path, KW)
     with pytest.raises(DigitTrunkError, match="backbone_kwargs"):
         load_digit_trunk(build_model(backbone="tiny_cnn", embedding_size=8), TINY, tmp_path, {})
+    built = build_model(  # a run's model section: build_model loads the trunk from the weights folder
+        backbone="tiny_cnn",
+        backbone_kwargs=KW,
+        embedding_size=8,
+        pretrained="digit_trunk",
+        digit_trunk=TINY,
+        weights_cache_dir=str(tmp_path),
+    )
+    assert all(torch.equal(v, built.backbone.state_dict()[k]) for k, v in saved.items())
+    assert built.input_config["weights"] == "digit_trunk"
     torch.save({**torch.load(path, weights_only=True), "hash": "0" * 12}, path)  # a file renamed from another recipe
     with pytest.raises(DigitTrunkError, match="trained from recipe"):
         load_digit_trunk(model, TINY, tmp_path, KW)

@@ -1,4 +1,15 @@
+from dmlrepro.data.multidigit import prepared_dependencies
+
+
+# double_mnist / triple_mnist are made from a prepared mnist unless their params give a `source`
 rule prepare_dataset:
+    input:
+        lambda wildcards: [
+            LAYOUT.manifest(name)
+            for name in prepared_dependencies(
+                wildcards.dataset, dataset_params(wildcards)
+            )
+        ],
     output:
         manifest=LAYOUT.manifest("{dataset}"),
     log:

@@ -11,6 +11,8 @@ from dmlrepro.standin_recipe import (
 
 from dmlrepro.digit_trunk_recipe import (
     prepared_inputs as digit_trunk_inputs,
+    run_weights as digit_run_weights,
+    with_folder as digit_with_folder,
     weights_file_of_hash as digit_weights_of_hash,
     workflow_recipes as digit_recipes,
 )
@@ -37,7 +39,8 @@ rule pretrain_standin:
 
 # The digit-pretrained trunk (docs/models.md#the-digit-pretrained-trunk): the multi-digit datasets'
 # ImageNet stand-in, pretrained once per recipe on the dataset's training digits only (MNIST's read
-# from the prepared double_mnist / triple_mnist; scikit-learn's need no input), content-addressed.
+# from the prepared double_mnist / triple_mnist; scikit-learn's need no input), content-addressed;
+# runs with model.pretrained: digit_trunk take it as input and get its folder as the stand-in's.
 DIGIT_RECIPES = digit_recipes(TABLE.all_trained())  # recipe hash -> recipe
 
 

@@ -2,6 +2,9 @@ rule train:
     input:
         unpack(run_inputs),
         standin=lambda wildcards: run_weights(trained_run(wildcards).config, STANDIN),  # workflow/rules/pretrain.smk
+        digit_trunk=lambda wildcards: digit_run_weights(
+            trained_run(wildcards).config, STANDIN
+        ),
     output:
         metrics=LAYOUT.run_file("{run}", RunDir.METRICS),
         train_log=LAYOUT.run_file("{run}", RunDir.TRAIN_LOG),
@@ -16,7 +19,9 @@ rule train:
         slurm_extra=train_resource("slurm_extra"),
     params:
         config=lambda wildcards: canonical(
-            with_folder(wildcard_run(wildcards).config, STANDIN)
+            digit_with_folder(
+                with_folder(wildcard_run(wildcards).config, STANDIN), STANDIN
+            )
         ),
         data_root=DATA,
     message:
@@ -30,6 +35,9 @@ checkpoint search:
     input:
         unpack(run_inputs),
         standin=lambda wildcards: run_weights(trained_run(wildcards).config, STANDIN),  # workflow/rules/pretrain.smk
+        digit_trunk=lambda wildcards: digit_run_weights(
+            trained_run(wildcards).config, STANDIN
+        ),
     output:
         trials=LAYOUT.search_file("{search}", TRIALS_CSV),
         best=LAYOUT.search_file("{search}", BEST_JSON),
@@ -44,7 +52,9 @@ checkpoint search:
         slurm_extra=train_resource("slurm_extra"),
     params:
         config=lambda wildcards: canonical(
-            with_folder(wildcard_search(wildcards).config, STANDIN)
+            digit_with_folder(
+                with_folder(wildcard_search(wildcards).config, STANDIN), STANDIN
+            )
         ),
         search=search_spec,
         data_root=DATA,

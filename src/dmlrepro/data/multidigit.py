@@ -63,6 +63,13 @@ SPECS = {
 }
 
 
+def prepared_dependencies(name: str, params: dict | None = None) -> list[str]:
+    """The datasets ``name`` is made from when prepared (a workflow's inputs): ``mnist`` for the MNIST sets
+    without a ``source``; none for the others."""
+    spec = SPECS.get(name)
+    return ["mnist"] if spec is not None and spec.source == "mnist" and not (params or {}).get("source") else []
+
+
 def class_split(n_classes: int, seed: int) -> dict[str, list[int]]:
     """Class ids per group: the generator's shuffle (``RandomState(seed).shuffle``), cut by ``RATIOS``."""
     classes = list(range(n_classes))

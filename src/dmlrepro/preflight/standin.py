@@ -20,8 +20,14 @@ from PIL import Image
 
 from dmlrepro.data.benchmarks import BENCHMARKS
 from dmlrepro.data.manifest import MANIFEST_NAME, write_manifest
+from dmlrepro.data.multidigit import (
+    DEFAULTS as MULTIDIGIT_DEFAULTS,
+    SPECS as MULTIDIGIT,
+    expected_counts as multidigit_counts,
+)
 from dmlrepro.data.prepared import is_prepared
 from dmlrepro.data.registry import EMBEDDED
+from dmlrepro.digit_trunk_recipe import PRETRAINED as DIGIT_TRUNK, weights_file as digit_trunk_file
 from dmlrepro.models import get_backbone_spec, resolve_backbone_name
 from dmlrepro.models.weights import default_cache_dir, fetch_command, weight_path
 from dmlrepro.standin_recipe import weights_file
@@ -49,11 +55,12 @@ def data_source(dataset_cfg: dict[str, Any], data_root: str | Path, scratch: Pat
         return DataSource(str(scratch), True, f"{name} generated in a scratch folder")
     if is_prepared(data_root, name):
         return DataSource(str(data_root), False, None)
-    if name not in BENCHMARKS:
+    counts = stand_in_counts(dataset_cfg)
+    if counts is None:
         raise KeyError(f"dataset {name!r} is neither prepared under {data_root} nor a known benchmark")
     size = stand_in_size(dataset_cfg)
     if not (scratch / name / MANIFEST_NAME).is_file():
-        write_stand_in(scratch, name, size)
+        write_stand_in(scratch, name, size, counts)
     return DataSource(
         str(scratch),
         False,
@@ -68,9 +75,20 @@ def stand_in_size(dataset_cfg: dict[str, Any]) -> int:
     )
 
 
-def write_stand_in(root: Path, name: str, size: int) -> Path:
-    """``<root>/<name>/manifest.csv`` in the prepared layout with the benchmark's training counts."""
-    counts = BENCHMARKS[name].expected_counts
+def stand_in_counts(dataset_cfg: dict[str, Any]) -> dict[str, int] | None:
+    """The training counts a stand-in keeps: a benchmark's, or a multi-digit set's protocol at the run's
+    ``dataset.params.images_per_class`` (docs/data.md#multi-digit-mnist); None for an unknown dataset."""
+    name = dataset_cfg["name"]
+    if name in MULTIDIGIT:
+        params = {**MULTIDIGIT_DEFAULTS, **(dataset_cfg.get("params") or {})}
+        return multidigit_counts(name, int(params["images_per_class"]))
+    return BENCHMARKS[name].expected_counts if name in BENCHMARKS else None
+
+
+def write_stand_in(root: Path, name: str, size: int, counts: dict[str, int] | None = None) -> Path:
+    """``<root>/<name>/manifest.csv`` in the prepared layout with the training ``counts`` (default: the
+    benchmark's)."""
+    counts = counts or BENCHMARKS[name].expected_counts
     folder = root / name
     (folder / "images").mkdir(parents=True, exist_ok=True)
     files = [f"images/{i}.jpg" for i in range(DISTINCT_IMAGES)]
@@ -110,6 +128,9 @@ def missing_weights(mcfg: dict[str, Any]) -> str | None:
             if weights_file(mcfg.get("weights_cache_dir") or default_cache_dir(), mcfg.get("standin")).is_file()
             else "standin"
         )
+    if pretrained == DIGIT_TRUNK:  # built by rule pretrain_digit_trunk (docs/models.md#the-digit-pretrained-trunk)
+        folder = mcfg.get("weights_cache_dir") or default_cache_dir()
+        return None if digit_trunk_file(folder, mcfg.get("digit_trunk")).is_file() else DIGIT_TRUNK
     name = (
         get_backbone_spec(resolve_backbone_name(str(mcfg["backbone"]))).default_weights
         if pretrained is True
@@ -125,6 +146,11 @@ def weights_warning(name: str, cache_dir: str | None = None) -> str:
     if name == "standin":
         return (
             "warning: the ImageNet stand-in is not built yet (rule pretrain_standin): "
+            "the preflight uses random initialisation"
+        )
+    if name == DIGIT_TRUNK:
+        return (
+            "warning: the digit-pretrained trunk is not built yet (rule pretrain_digit_trunk): "
             "the preflight uses random initialisation"
         )
 

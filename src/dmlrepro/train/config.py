@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from dmlrepro import digit_trunk_recipe
 from dmlrepro.config_names import loss_catalog
 from dmlrepro.nested import canonical
 from dmlrepro.standin_recipe import StandinError, resolve_recipe
@@ -129,29 +130,42 @@ def _check_dataset(cfg: dict) -> None:
         )
 
 
-def _resolve_standin(cfg: dict) -> None:
-    """model.standin: the stand-in's recipe, resolved in place (docs/miniature.md); null (ignored, not part of
-    the run id) unless pretrained: standin, e.g. when a preflight swaps in random initialisation."""
+#: ``model.pretrained`` value -> (its recipe key, the recipe's resolver and error): the local pretrained trunks
+PRETRAINING_RECIPES = {
+    "standin": ("standin", resolve_recipe, StandinError),
+    digit_trunk_recipe.PRETRAINED: (
+        "digit_trunk",
+        digit_trunk_recipe.resolve_recipe,
+        digit_trunk_recipe.DigitTrunkError,
+    ),
+}
+
+
+def _resolve_pretraining(cfg: dict) -> None:
+    """model.standin / model.digit_trunk: the recipe of the trunk a run fine-tunes from, resolved in place
+    (docs/miniature.md, docs/models.md#the-digit-pretrained-trunk); null (ignored, not part of the run id)
+    unless ``pretrained`` names that trunk, e.g. when a preflight swaps in random initialisation."""
     model = cfg["model"]
-    if model["pretrained"] != "standin":
-        model["standin"] = None
-        return
-    if model["standin"] is not None and not isinstance(model["standin"], Mapping):
-        raise config_error("model.standin", model["standin"], "a mapping (the stand-in's pretraining recipe) or null")
-    try:
-        model["standin"] = resolve_recipe(model["standin"])
-    except StandinError as e:
-        raise ConfigError(f"run config: {e}") from None
-    if model["standin"]["backbone"] != model["backbone"]:
-        raise config_error(
-            "model.standin.backbone", model["standin"]["backbone"], f"the run's backbone {model['backbone']!r}"
-        )
-    if model["standin"]["backbone_kwargs"] != dict(model["backbone_kwargs"] or {}):
-        raise config_error(
-            "model.standin.backbone_kwargs",
-            model["standin"]["backbone_kwargs"],
-            f"the run's model.backbone_kwargs {dict(model['backbone_kwargs'] or {})}",
-        )
+    for pretrained, (key, resolve, error) in PRETRAINING_RECIPES.items():
+        if model["pretrained"] != pretrained:
+            model[key] = None
+            continue
+        if model[key] is not None and not isinstance(model[key], Mapping):
+            raise config_error(f"model.{key}", model[key], "a mapping (the trunk's pretraining recipe) or null")
+        try:
+            model[key] = resolve(model[key])
+        except error as e:
+            raise ConfigError(f"run config: {e}") from None
+        if model[key]["backbone"] != model["backbone"]:
+            raise config_error(
+                f"model.{key}.backbone", model[key]["backbone"], f"the run's backbone {model['backbone']!r}"
+            )
+        if model[key]["backbone_kwargs"] != dict(model["backbone_kwargs"] or {}):
+            raise config_error(
+                f"model.{key}.backbone_kwargs",
+                model[key]["backbone_kwargs"],
+                f"the run's model.backbone_kwargs {dict(model['backbone_kwargs'] or {})}",
+            )
 
 
 def _fill_loss_hparams(cfg: dict) -> None:
@@ -309,7 +323,7 @@ def _check_loss_once(keys: str) -> None:
 #: In this order, after every key's own check.
 CROSS_KEY_CHECKS = (
     _check_dataset,
-    _resolve_standin,
+    _resolve_pretraining,
     _fill_loss_hparams,
     _check_phases,
     _check_eval,

@@ -234,9 +234,10 @@ KEYS: tuple[Key, ...] = (
     Key(
         "model.pretrained",
         False,
-        Custom(pretrained_weights, "`false`, `true`, a weight name, `standin`"),
+        Custom(pretrained_weights, "`false`, `true`, a weight name, `standin`, `digit_trunk`"),
         "`true` = the backbone's default weights, or a weight name; read from the weight cache only; `standin` = "
-        "the miniature's ImageNet stand-in (docs/miniature.md)",
+        "the miniature's ImageNet stand-in (docs/miniature.md); `digit_trunk` = the multi-digit datasets' "
+        "digit-pretrained trunk (docs/models.md#the-digit-pretrained-trunk)",
     ),
     Key(
         "model.standin",
@@ -245,6 +246,15 @@ KEYS: tuple[Key, ...] = (
         "with `pretrained: standin`: the stand-in's pretraining recipe (`dmlrepro.standin_recipe.RECIPE_DEFAULTS` "
         "with these keys over it; resolved in full, part of the run id; ignored, null, with any other `pretrained`); "
         "the file is `<weights_cache_dir>/standin-<recipe hash>.pt`",
+        late=True,
+    ),
+    Key(
+        "model.digit_trunk",
+        None,
+        _unchecked("`null` or a mapping (the digit trunk's recipe)"),
+        "with `pretrained: digit_trunk`: the trunk's pretraining recipe (`dmlrepro.digit_trunk_recipe.RECIPE_DEFAULTS` "
+        "with these keys over it; resolved in full, part of the run id; ignored, null, with any other `pretrained`); "
+        "the file is `<weights_cache_dir>/digits-<recipe hash>.pt`",
         late=True,
     ),
     Key(
