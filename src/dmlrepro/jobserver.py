@@ -86,6 +86,7 @@ ENTRY_POINTS = frozenset(
         "dmlrepro.report.section_job:write_section",
     }
 )
+MAX_SOCKET_PATH = 107  # bytes of a Unix socket path on Linux (sun_path holds 108, with its NUL)
 CONNECT_WAIT_S = 120.0  # how long a job waits for a server that is still importing
 _PID = struct.Struct("!i")  # the child's pid, sent when it starts; REFUSED, then a reason (_SIZE + UTF-8)
 REFUSED = 0
@@ -184,12 +185,18 @@ def _connect(path: str | None) -> socket.socket | None:
 
 
 def _server_alive(path: str) -> bool:
-    pid_file = Path(path).with_suffix(".pid")
+    """Whether the server named by the pid file beside ``path`` still runs: a server that exited but was not
+    reaped yet (a zombie of Snakemake's) is dead too."""
     try:
-        os.kill(int(pid_file.read_text()), 0)
-        return True
+        pid = int(Path(path).with_suffix(".pid").read_text())
+        os.kill(pid, 0)
     except (OSError, ValueError):
         return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no procfs (macOS): a zombie cannot be told apart
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # the state follows the parenthesised command name
 
 
 def _run_remote(conn: socket.socket, payload: bytes, locks: list[int]) -> int:
@@ -281,8 +288,10 @@ def start(
     socket in ``JOBSERVER_ENV`` for the jobs this process starts; jobs that start before it listens
     wait for it. Without ``folder`` it lives in a new temporary folder that it removes when it exits."""
     temporary = folder is None
-    folder = Path(tempfile.mkdtemp(prefix="dmlrepro-jobs-") if temporary else folder)
+    folder = Path(_short_temporary_folder() if temporary else folder)
     path = folder / "server.sock"
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise ValueError(f"job server socket {path}: longer than a Unix socket path may be ({MAX_SOCKET_PATH} bytes)")
     options = {
         "path": str(path),
         "parent": os.getpid(),
@@ -296,6 +305,16 @@ def start(
     path.with_suffix(".pid").write_text(str(process.pid))
     os.environ[JOBSERVER_ENV] = str(path)
     return Server(process, folder, temporary)
+
+
+def _short_temporary_folder() -> str:
+    """A new temporary folder whose socket path fits a Unix socket address: under $TMPDIR where it is short
+    enough, else under /tmp (a long $TMPDIR made bind fail and every job wait for a server that had died)."""
+    folder = tempfile.mkdtemp(prefix="dmlrepro-jobs-")
+    if len(os.fsencode(Path(folder) / "server.sock")) <= MAX_SOCKET_PATH:
+        return folder
+    os.rmdir(folder)
+    return tempfile.mkdtemp(prefix="dmlrepro-jobs-", dir="/tmp")
 
 
 def stop(server: Server) -> None:

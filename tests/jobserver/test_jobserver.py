@@ -326,3 +326,41 @@ def test_arguments_travel_as_json_served_or_not(server, tmp_path, monkeypatch):
     job = _job(tmp_path, "'jobtargets:record', 'out.json', word={1j}, log='job.log'")
     _, err = job.communicate(timeout=60)
     assert job.returncode == 1 and "must be JSON data or paths, not set" in err
+
+
+# -- a server that cannot serve --------------------------------------------------------------------
+
+
+def test_a_long_temporary_directory_still_gives_a_server_jobs_reach(tmp_path, monkeypatch):
+    """A socket path past the Unix limit made bind fail: the server died at start and every job waited
+    CONNECT_WAIT_S for it (seen under pytest-xdist's longer temporary paths). The folder moves to /tmp."""
+    deep = tmp_path / ("d" * 90)
+    deep.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(deep))
+    handle = jobserver.start(preload=())
+    try:
+        path = handle.folder / "server.sock"
+        assert len(os.fsencode(path)) <= jobserver.MAX_SOCKET_PATH
+        conn = jobserver._connect(str(path))
+        assert conn is not None
+        conn.close()
+    finally:
+        jobserver.stop(handle)
+    with pytest.raises(ValueError, match="longer than a Unix socket path"):
+        jobserver.start(deep, preload=())
+
+
+def test_a_job_does_not_wait_for_a_server_that_died(tmp_path, monkeypatch):
+    """A server that exited while its parent (Snakemake) has not reaped it is a zombie: the job runs in
+    its own process at once instead of waiting CONNECT_WAIT_S for it."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{dead.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    (tmp_path / "server.pid").write_text(str(dead.pid))  # a zombie: kill(pid, 0) still succeeds
+    waits = []
+    monkeypatch.setattr(jobserver.time, "sleep", waits.append)
+    assert jobserver._connect(str(tmp_path / "server.sock")) is None
+    assert waits == []  # not one wait for it
+    dead.wait()
