@@ -174,3 +174,17 @@ def test_float32_product_gradients_are_a_products():
     b = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(float32_product, (a, b))
     assert torch.autograd.gradgradcheck(float32_product, (a, b))
+
+
+def test_the_paths_taken_travel_with_a_checkpoint():
+    """A run resumed after a kill records the pair_search_path of an uninterrupted one (the loss's state
+    carries it); a checkpoint written before the record (proxies only) still loads."""
+    torch.manual_seed(0)
+    trained = PFMLLoss(4, 8, 2, 0.2, 4.0)
+    trained(torch.randn(8, 8), torch.arange(4).repeat(2))
+    resumed = PFMLLoss(4, 8, 2, 0.2, 4.0)
+    resumed.load_state_dict(trained.state_dict())
+    assert resumed.pair_search_path == trained.pair_search_path == "dense"
+    old = PFMLLoss(4, 8, 2, 0.2, 4.0)
+    old.load_state_dict({"proxies": trained.proxies.detach()})
+    assert old.pair_search_path is None

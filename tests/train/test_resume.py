@@ -53,7 +53,10 @@ def _assert_identical(ref_dir, run_dir):
     for part in ("model", "loss"):
         assert a[part].keys() == b[part].keys()
         for k in a[part]:
-            assert torch.equal(a[part][k], b[part][k]), f"{part}.{k} differs"
+            if torch.is_tensor(a[part][k]):
+                assert torch.equal(a[part][k], b[part][k]), f"{part}.{k} differs"
+            else:  # a module's extra state (PFML's pair paths taken)
+                assert a[part][k] == b[part][k], f"{part}.{k} differs"
     sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
     assert sa.keys() == sb.keys()
     for i in sa:

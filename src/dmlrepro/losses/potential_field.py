@@ -392,6 +392,18 @@ class PotentialFieldLoss(nn.Module):
             return "mixed"
         return next(iter(self._paths_taken), None)
 
+    def get_extra_state(self) -> dict[str, list[str]]:
+        """The paths taken so far travel with the loss's checkpoint: a resumed run records the same
+        ``pair_search_path`` as an uninterrupted one (metrics.json byte-equal after a kill)."""
+        return {"paths_taken": sorted(self._paths_taken)}
+
+    def set_extra_state(self, state: dict[str, list[str]]) -> None:
+        self._paths_taken = set(state["paths_taken"])
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        state_dict.setdefault(prefix + "_extra_state", {"paths_taken": []})  # a checkpoint written before the record
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def neighbour_stats(self) -> dict[str, int]:
         """Rows refreshed and pairs held by the proxy–proxy neighbour list at the last forward."""
         return dict(self._neighbours.stats)
