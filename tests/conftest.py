@@ -86,3 +86,11 @@ def pytest_xdist_make_scheduler(config, log):
             return xdist_scope(nodeid)
 
     return ModulesAndCluster(config, log)
+
+
+def state_differences(a: dict, b: dict) -> list[str]:
+    """The keys of two state dicts (a checkpoint's model or loss) whose values differ: tensors compared
+    exactly, anything else (a module's extra state, e.g. PFML's pair paths taken) by equality."""
+    if a.keys() != b.keys():
+        return sorted(set(a) ^ set(b))
+    return [k for k, v in a.items() if not (torch.equal(v, b[k]) if torch.is_tensor(v) else v == b[k])]

@@ -31,6 +31,7 @@ from dmlrepro.train import list_checkpoints, read_checkpoint
 from dmlrepro.train.checkpoint import checkpoint_name
 
 import fault_harness
+from ..conftest import state_differences
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -77,9 +78,7 @@ def assert_identical(out: Path, ref: Path) -> None:
     a, b = (read_checkpoint(list_checkpoints(d / "checkpoints")[-1]) for d in (ref, out))
     assert a["position"]["epoch"] == b["position"]["epoch"] == EPOCHS + 1
     for part in ("model", "loss"):
-        assert a[part].keys() == b[part].keys(), part
-        for k, v in a[part].items():  # tensors, and a module's extra state (PFML's pair paths taken)
-            assert torch.equal(v, b[part][k]) if torch.is_tensor(v) else v == b[part][k], f"{part}.{k}"
+        assert not state_differences(a[part], b[part]), part
     for i, st in a["optimizer"]["state"].items():
         assert all(
             torch.equal(torch.as_tensor(v), torch.as_tensor(b["optimizer"]["state"][i][k])) for k, v in st.items()

@@ -14,6 +14,7 @@ import yaml
 from dmlrepro.train import EXIT_INTERRUPTED, list_checkpoints, read_checkpoint, train_run
 from dmlrepro.train.checkpoint import write_verified
 
+from ..conftest import state_differences
 from .conftest import run_cli, tiny_config
 
 pytestmark = pytest.mark.slow
@@ -89,8 +90,7 @@ def _final(outdir):
 def _same(a_dir, b_dir):
     (a, ma), (b, mb) = _final(a_dir), _final(b_dir)
     for part in ("model", "loss"):
-        for k in a[part]:
-            assert torch.equal(a[part][k], b[part][k]), f"{part}.{k}"
+        assert not state_differences(a[part], b[part]), part
     assert a["scaler"] == b["scaler"]
     assert ma["metrics"] == mb["metrics"]
     strip = lambda d: [r.split(",")[:4] for r in (d / "train_log.csv").read_text().splitlines()]  # noqa: E731

@@ -19,6 +19,7 @@ import yaml
 from dmlrepro.train import EXIT_INTERRUPTED, list_checkpoints, read_checkpoint
 from dmlrepro.train.checkpoint import checkpoint_name
 
+from ..conftest import state_differences
 from .conftest import run_cli
 
 pytestmark = pytest.mark.slow
@@ -51,12 +52,7 @@ def _final_state(outdir):
 def _assert_identical(ref_dir, run_dir):
     a, b = _final_state(ref_dir), _final_state(run_dir)
     for part in ("model", "loss"):
-        assert a[part].keys() == b[part].keys()
-        for k in a[part]:
-            if torch.is_tensor(a[part][k]):
-                assert torch.equal(a[part][k], b[part][k]), f"{part}.{k} differs"
-            else:  # a module's extra state (PFML's pair paths taken)
-                assert a[part][k] == b[part][k], f"{part}.{k} differs"
+        assert not state_differences(a[part], b[part]), part
     sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
     assert sa.keys() == sb.keys()
     for i in sa:

@@ -29,6 +29,7 @@ from dmlrepro.train import (
 )
 from dmlrepro.train.checkpoint import checkpoint_name
 
+from ..conftest import state_differences
 from .conftest import SYNTH, run_cli, with_overrides
 
 E = 3  # steps per epoch = steps per evaluation
@@ -415,9 +416,7 @@ def _assert_same_run(ref, run):
     a, b = _final(ref), _final(run)
     assert a["position"]["global_step"] == b["position"]["global_step"]
     for part in ("model", "loss"):
-        assert a[part].keys() == b[part].keys()
-        for k in a[part]:
-            assert torch.equal(a[part][k], b[part][k]), f"{part}.{k} differs"
+        assert not state_differences(a[part], b[part]), part
     pa, pb = a["projections"], b["projections"]
     assert pa["selections"] == pb["selections"] and pa["reg"]["lam"] == pb["reg"]["lam"]
     assert all(torch.equal(x, y) for x, y in zip(pa["reg"]["anchor"], pb["reg"]["anchor"]))
