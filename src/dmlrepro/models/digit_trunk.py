@@ -32,7 +32,7 @@ from dmlrepro.data.multidigit import SPECS, training_digits
 from dmlrepro.digit_trunk_recipe import DigitTrunkError, recipe_hash, resolve_recipe, weights_file
 
 from .backbones import create_backbone, get_backbone_spec
-from .standin import PRETRAIN_THREADS, _normalise
+from .standin import PRETRAIN_THREADS, _normalise, load_checked_trunk
 
 __all__ = ["pretrain", "load_digit_trunk", "place_digits", "main"]
 
@@ -119,20 +119,8 @@ def load_digit_trunk(
             f"digit trunk weights {path} not found: `python -m dmlrepro.models.digit_trunk RECIPE.yaml "
             f"{Path(folder)} DATA_ROOT` builds them"
         )
-    state = torch.load(path, map_location="cpu", weights_only=True)
     resolved = resolve_recipe(recipe)
-    if state.get("hash") != recipe_hash(resolved) or state.get("recipe") != resolved:
-        raise DigitTrunkError(f"{path}: trained from recipe {state.get('recipe')}, not {resolved}")
-    if resolved["backbone"] != getattr(model, "backbone_name", None):
-        raise DigitTrunkError(
-            f"digit trunk {resolved['backbone']!r} does not fit backbone {getattr(model, 'backbone_name', None)!r}"
-        )
-    if dict(backbone_kwargs or {}) != resolved["backbone_kwargs"]:
-        raise DigitTrunkError(
-            f"digit trunk built with backbone_kwargs {resolved['backbone_kwargs']}; "
-            f"the run's model.backbone_kwargs are {dict(backbone_kwargs or {})}: set them equal"
-        )
-    model.backbone.load_state_dict(state["trunk"])
+    load_checked_trunk(model, path, resolved, recipe_hash(resolved), backbone_kwargs, DigitTrunkError, "digit trunk")
     return path
 
 

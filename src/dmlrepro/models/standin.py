@@ -125,21 +125,34 @@ def load_standin(
             f"stand-in weights {path} not found: the workflow's rule pretrain_standin builds them "
             f"(or `python -m dmlrepro.models.standin RECIPE.yaml {Path(folder)}`)"
         )
-    state = torch.load(path, map_location="cpu", weights_only=True)
     resolved = resolve_recipe(recipe)
-    if state.get("hash") != recipe_hash(resolved) or state.get("recipe") != resolved:
-        raise StandinError(f"{path}: trained from recipe {state.get('recipe')}, not {resolved}")
+    load_checked_trunk(model, path, resolved, recipe_hash(resolved), backbone_kwargs, StandinError, "stand-in trunk")
+    return path
+
+
+def load_checked_trunk(
+    model: nn.Module,
+    path: Path,
+    resolved: Mapping[str, Any],
+    digest: str,
+    backbone_kwargs: Mapping[str, Any] | None,
+    error: type[Exception],
+    what: str,
+) -> None:
+    """Load a pretrained trunk's file into ``model.backbone`` once it holds the recipe ``resolved`` (hash
+    ``digest``) it is named after and fits the run's backbone and ``backbone_kwargs``; else ``error``.
+    Shared by the stand-in and the digit trunk (models/digit_trunk.py)."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if state.get("hash") != digest or state.get("recipe") != resolved:
+        raise error(f"{path}: trained from recipe {state.get('recipe')}, not {resolved}")
     if resolved["backbone"] != getattr(model, "backbone_name", None):
-        raise StandinError(
-            f"stand-in trunk {resolved['backbone']!r} does not fit backbone {getattr(model, 'backbone_name', None)!r}"
-        )
+        raise error(f"{what} {resolved['backbone']!r} does not fit backbone {getattr(model, 'backbone_name', None)!r}")
     if dict(backbone_kwargs or {}) != resolved["backbone_kwargs"]:
-        raise StandinError(
-            f"stand-in trunk built with backbone_kwargs {resolved['backbone_kwargs']}; "
+        raise error(
+            f"{what} built with backbone_kwargs {resolved['backbone_kwargs']}; "
             f"the run's model.backbone_kwargs are {dict(backbone_kwargs or {})}: set them equal"
         )
     model.backbone.load_state_dict(state["trunk"])
-    return path
 
 
 def main(argv: list[str] | None = None) -> int:
