@@ -218,6 +218,14 @@ def test_report_blocks_name_the_printed_datasets(config):
             assert mapping.get(dataset) == PRINTED[dataset], (name, dataset)
 
 
+def test_the_summary_headlines_the_papers_own_method(config):
+    """ASAP's tables list the baselines C1, C1-XBM-L first (ASAP Table 1): the report's summary row is C2-ASAP-L's."""
+    experiments = config["experiments"]
+    for name in ["asap_table1", "asap_table2", "asap_table3", "asap_fig8_batch"]:
+        assert experiments[name]["report"]["headline"] == "c2_asap", name
+    assert experiments["pfml_table3_w2"]["report"]["headline"] == "pfml"
+
+
 def test_table1_runs_200_epochs_5_seeds_with_the_papers_m_and_width(runs):
     width = {"resnet50": 512, "bn_inception": 512, "dino_vits16": 384, "vit_small_patch16_224": 384}
     for name in TABLE1:

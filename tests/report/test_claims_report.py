@@ -164,6 +164,12 @@ def test_quotes_citations_and_the_papers_numbers(report):
     assert "Warped-Softmax: 72.6" in rsw and "Softmax (Eq. 4): 69.1" in rsw
 
 
+def test_the_intro_names_the_catalogues_papers(report):
+    """A user's catalogue (paper: Mine, docs/tasks/own-loss.md) is not "the three papers": the intro names them."""
+    _, html = report
+    assert "claim of the catalogue (papers: PFML, RSW, ASAP)" in html
+
+
 def test_counts_add_up(report):
     claims, html = report
     counts = claims["counts"]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from dmlrepro.report import provenance, render_report
+from dmlrepro.report.sections import check_report
 from dmlrepro.report.summary import summary_rows
 
 from ..conftest import require
@@ -42,10 +43,17 @@ def _section(name="pfml_table1", **extra):
         {
             "label": "Potential Field (Ours)",
             "source": "ours",
+            "method": "pfml",
             "status": "5/5 seeds",
             "cells": [_cell(70.0, std=0.5), _cell(80.0, "83.0", -3.0, False, 0.4)],
         },
-        {"label": "CPML", "source": "ours", "status": "5/5 seeds", "cells": [_cell(60.0, "60.5", -0.5, True), _cell()]},
+        {
+            "label": "CPML",
+            "source": "ours",
+            "method": "cpml",
+            "status": "5/5 seeds",
+            "cells": [_cell(60.0, "60.5", -0.5, True), _cell()],
+        },
     ]
     return {
         "experiment": name,
@@ -69,6 +77,23 @@ def test_the_headline_is_the_first_method_at_its_first_printed_cell():
         False,
     )
     assert (row["compared"], row["within"]) == (2, 1)  # PFML R@2 outside, CPML R@1 within; paper/untrained rows not
+
+
+def test_report_headline_names_the_row_the_summary_shows():
+    """ASAP Table 1 lists the baseline C2 first; `report.headline: c2_asap` puts ASAP's row in the summary."""
+    headline = summary_rows([_section(headline="cpml")])[0]["headline"]
+    assert (headline["label"], headline["metric"], headline["ours"], headline["paper_text"]) == (
+        "CPML",
+        "recall@1",
+        60.0,
+        "60.5",
+    )
+
+
+def test_a_headline_that_is_not_a_method_fails_at_parse_time():
+    experiment = {"methods": ["c2", "c2_asap"], "datasets": ["cub200"], "report": {"headline": "c2_asapp"}}
+    with pytest.raises(ValueError, match="report.headline 'c2_asapp' not among its methods"):
+        check_report("asap_table1", experiment)
 
 
 def test_without_a_printed_value_the_headline_is_the_first_value():

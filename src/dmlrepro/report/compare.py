@@ -124,6 +124,7 @@ def comparison_table(
             {
                 "label": row_label(printed or record["method"], record["sweep"]),
                 "source": "ours",
+                "method": record["method"],
                 "status": _status(record, expected_seeds),
                 "cells": cells,
             },

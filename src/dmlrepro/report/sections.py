@@ -50,6 +50,7 @@ def build_section(
         "paper_says": spec.get("paper_says", ""),
         "reported": spec.get("reported"),
         "block": spec.get("block"),
+        "headline": spec.get("headline"),
         "table": None,
         "figures": [],
         "notes": list(spec.get("notes", [])),
@@ -88,7 +89,11 @@ def build_section(
 def check_report(name: str, experiment: Mapping[str, Any]):
     """The kind of experiment `name`'s report section, its spec checked (a ValueError names the key):
     the workflow calls this at parse time, so a bad report fails before any job."""
-    kind = section_kind(name, (experiment.get("report") or {}).get("kind", "table"))
+    spec = experiment.get("report") or {}
+    kind = section_kind(name, spec.get("kind", "table"))
+    methods = experiment.get("methods", [])
+    if "headline" in spec and spec["headline"] not in methods:
+        raise ValueError(f"experiment {name!r}: report.headline {spec['headline']!r} not among its methods {methods}")
     if kind.check is not None:
         kind.check(name, experiment)
     return kind

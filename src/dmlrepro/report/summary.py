@@ -33,18 +33,19 @@ def _section_row(section: Mapping[str, Any]) -> dict:
     ]
     return {
         **row,
-        "headline": headline(table),
+        "headline": headline(table, section.get("headline")),
         "compared": len(compared),
         "within": sum(bool(cell.get("within")) for cell in compared),
         "stand_in": any(c.get("stand_in") for c in table["columns"]),
     }
 
 
-def headline(table: Mapping[str, Any]) -> dict | None:
-    """The section's headline cell: the first of our rows (the experiment's first method, as declared)
-    at its first cell with a paper value beside it, else its first cell with a value; None without one."""
+def headline(table: Mapping[str, Any], method: str | None = None) -> dict | None:
+    """The section's headline cell: the first of our rows (`method`'s, the experiment's `report.headline`;
+    without one, the experiment's first method, as declared) at its first cell with a paper value beside it,
+    else its first cell with a value; None without one."""
     for row in table["rows"]:
-        if row["source"] != "ours":
+        if row["source"] != "ours" or (method is not None and row.get("method") != method):
             continue
         cells = [(c, cell) for c, cell in zip(table["columns"], row["cells"]) if cell.get("ours") is not None]
         if cells:
