@@ -32,7 +32,7 @@ from dmlrepro.digit_trunk_recipe import resolve_recipe, weights_file
 from dmlrepro.evaluation.retrieval import retrieval_metrics
 from dmlrepro.models import build_model
 from dmlrepro.models.digit_trunk import load_digit_trunk, pretrain
-from dmlrepro.models.standin import _normalise
+from dmlrepro.models.pretraining import normalise
 
 TRAIN_CLASSES = 64  # labels 0-63: the protocol's training classes (64-79 validate, 80-99 test)
 
@@ -58,7 +58,7 @@ def _first(manifest, split, per_class, keep):
 @torch.no_grad()
 def _r1(model, x, y) -> float:
     model.eval()
-    emb = torch.cat([model(_normalise(x[i : i + 256], model.input_config)) for i in range(0, len(x), 256)])
+    emb = torch.cat([model(normalise(x[i : i + 256], model.input_config)) for i in range(0, len(x), 256)])
     return 100.0 * retrieval_metrics(emb, y, ks=(1,))["recall@1"]
 
 
@@ -94,7 +94,7 @@ def _finetune(model, x, y, epochs, seed, log):
         t0, total = time.perf_counter(), 0.0
         for batch in batches:
             idx = torch.as_tensor(batch)
-            loss = loss_fn(model(_normalise(x[idx], model.input_config)), y[idx])
+            loss = loss_fn(model(normalise(x[idx], model.input_config)), y[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

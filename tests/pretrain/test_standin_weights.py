@@ -120,11 +120,13 @@ def test_backbone_kwargs_other_than_the_recipes_are_refused(tmp_path):
 
 def test_pretraining_runs_its_own_thread_count_and_restores_the_callers(tmp_path, monkeypatch):
     """The weights depend on torch's thread count, so pretraining always uses PRETRAIN_THREADS."""
-    from dmlrepro.models import standin
+    from dmlrepro.models import pretraining, standin
 
     seen = []
-    train = standin._train_trunk
-    monkeypatch.setattr(standin, "_train_trunk", lambda r, log: seen.append(torch.get_num_threads()) or train(r, log))
+    train = pretraining.train_trunk
+    monkeypatch.setattr(
+        pretraining, "train_trunk", lambda *args, **kw: seen.append(torch.get_num_threads()) or train(*args, **kw)
+    )
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

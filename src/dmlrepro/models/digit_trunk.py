@@ -14,7 +14,6 @@ loading checks both, as for the generated stand-in (``dmlrepro.models.standin``)
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from collections.abc import Mapping
@@ -27,12 +26,10 @@ import torch.nn.functional as F
 import yaml
 from torch import nn
 
-from dmlrepro.atomic import atomic_open
 from dmlrepro.data.multidigit import SPECS, training_digits
-from dmlrepro.digit_trunk_recipe import DigitTrunkError, recipe_hash, resolve_recipe, weights_file
+from dmlrepro.digit_trunk_recipe import DIGIT_TRUNK
 
-from .backbones import create_backbone, get_backbone_spec
-from .standin import PRETRAIN_THREADS, _normalise, load_checked_trunk
+from .pretraining import load_trunk, pretrain_to
 
 __all__ = ["pretrain", "load_digit_trunk", "place_digits", "main"]
 
@@ -56,53 +53,16 @@ def place_digits(digits: torch.Tensor, canvas: tuple[int, int], size: int, gen: 
 def pretrain(
     recipe: Mapping[str, Any] | None, out: str | os.PathLike, data_root: str | os.PathLike | None = None, log=print
 ) -> dict[str, Any]:
-    """Train the recipe's trunk with a linear softmax classifier of the 10 digits; write
-    ``{"recipe", "hash", "trunk", "train_accuracy"}`` to ``out``, on ``PRETRAIN_THREADS`` torch threads."""
-    r = resolve_recipe(recipe)
+    """Train the recipe's trunk with a linear softmax classifier of the 10 digits, each placed at random
+    on the dataset's canvas; write the weights to ``out`` (``pretraining.pretrain_to``). Returns the summary."""
+    r = DIGIT_TRUNK.resolve(recipe)
     images, labels = training_digits(r["dataset"], data_root)
     if r["digits_per_class"] is not None:
-        keep = np.concatenate([np.flatnonzero(labels == d)[: r["digits_per_class"]] for d in range(10)])
-        images, labels = images[np.sort(keep)], labels[np.sort(keep)]
-    before = torch.get_num_threads()
-    torch.set_num_threads(PRETRAIN_THREADS)
-    try:
-        trunk, accuracy = _train(r, torch.from_numpy(images), torch.from_numpy(labels), log)
-    finally:
-        torch.set_num_threads(before)
-    summary = {"recipe": r, "hash": recipe_hash(r), "train_accuracy": accuracy}
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    with atomic_open(out, "wb") as f:
-        torch.save({**summary, "trunk": trunk.state_dict()}, f)
-    return summary
-
-
-def _train(r: dict[str, Any], images: torch.Tensor, labels: torch.Tensor, log) -> tuple[nn.Module, float]:
-    """The trained trunk and its last epoch's train accuracy (Adam, cosine schedule)."""
-    torch.manual_seed(r["seed"])
-    gen = torch.Generator().manual_seed(r["seed"])
+        keep = np.sort(np.concatenate([np.flatnonzero(labels == d)[: r["digits_per_class"]] for d in range(10)]))
+        images, labels = images[keep], labels[keep]
     canvas = SPECS[r["dataset"]].canvas
-    trunk = create_backbone(r["backbone"], **r["backbone_kwargs"])
-    input_config = get_backbone_spec(r["backbone"]).input_config
-    classifier = nn.Linear(int(trunk.num_features), 10)
-    params = list(trunk.parameters()) + list(classifier.parameters())
-    opt = torch.optim.Adam(params, lr=r["lr"], weight_decay=r["weight_decay"])
-    steps = r["epochs"] * math.ceil(len(labels) / r["batch_size"])
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
-    trunk.train()
-    for epoch in range(r["epochs"]):
-        order, correct = torch.randperm(len(labels), generator=gen), 0
-        for start in range(0, len(labels), r["batch_size"]):
-            idx = order[start : start + r["batch_size"]]
-            x = _normalise(place_digits(images[idx], canvas, r["size"], gen), input_config)
-            logits = classifier(trunk(x))
-            loss = F.cross_entropy(logits, labels[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            correct += int((logits.argmax(1) == labels[idx]).sum())
-        log(f"digit trunk epoch {epoch + 1}/{r['epochs']}: train accuracy {correct / len(labels):.4f}")
-    return trunk, correct / len(labels)
+    data = (torch.from_numpy(images), torch.from_numpy(labels), 10)
+    return pretrain_to(out, DIGIT_TRUNK, r, data, lambda batch, gen: place_digits(batch, canvas, r["size"], gen), log)
 
 
 def load_digit_trunk(
@@ -113,15 +73,8 @@ def load_digit_trunk(
 ) -> Path:
     """Load the trunk of ``recipe`` from ``folder`` into ``model.backbone`` (built with the run's
     ``backbone_kwargs``, which must be the recipe's); the file must hold the recipe it is named after."""
-    path = weights_file(folder, recipe)
-    if not path.is_file():
-        raise DigitTrunkError(
-            f"digit trunk weights {path} not found: `python -m dmlrepro.models.digit_trunk RECIPE.yaml "
-            f"{Path(folder)} DATA_ROOT` builds them"
-        )
-    resolved = resolve_recipe(recipe)
-    load_checked_trunk(model, path, resolved, recipe_hash(resolved), backbone_kwargs, DigitTrunkError, "digit trunk")
-    return path
+    missing = f"`python -m dmlrepro.models.digit_trunk RECIPE.yaml {Path(folder)} DATA_ROOT` builds them"
+    return load_trunk(model, DIGIT_TRUNK, recipe, folder, backbone_kwargs, missing)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         print(main.__doc__, file=sys.stderr)
         return 2
     recipe = yaml.safe_load(Path(args[0]).read_text()) or {}
-    print(pretrain(recipe, weights_file(args[1], recipe), args[2] if len(args) == 3 else None)["hash"])
+    print(pretrain(recipe, DIGIT_TRUNK.weights_file(args[1], recipe), args[2] if len(args) == 3 else None)["hash"])
     return 0
 
 

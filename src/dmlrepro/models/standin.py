@@ -13,7 +13,6 @@ checks both. A run's ``model.standin`` is part of its run id; the folder (``mode
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from collections.abc import Mapping
@@ -25,20 +24,14 @@ import torch.nn.functional as F
 import yaml
 from torch import nn
 
-from dmlrepro.atomic import atomic_open
 from dmlrepro.data.synthetic import render_classes
-from dmlrepro.standin_recipe import StandinError, recipe_hash, resolve_recipe, weights_file
+from dmlrepro.standin_recipe import STANDIN
 
-from .backbones import create_backbone, get_backbone_spec
+from .pretraining import PRETRAIN_THREADS, load_trunk, pretrain_to
 
 __all__ = ["PRETRAIN_THREADS", "pretrain", "load_standin", "main"]
 
-#: torch threads of every pretraining, whatever the job's allocation: the weights depend on the
-#: thread count (the default's trunk: 4 of 24 tensors equal on 1 thread vs 2, docs/miniature.md)
-PRETRAIN_THREADS = 2
 
-
-# -- pretraining -------------------------------------------------------------------------------
 def _images(recipe: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
     images, labels = render_classes(**recipe["classes"])
     return torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), torch.from_numpy(labels).long()
@@ -56,60 +49,15 @@ def _augment(batch: torch.Tensor, pad: int, hflip: float, gen: torch.Generator) 
     return out
 
 
-def _normalise(batch: torch.Tensor, input_config: Mapping[str, Any]) -> torch.Tensor:
-    mean = torch.tensor(input_config["mean"]).view(1, 3, 1, 1)
-    std = torch.tensor(input_config["std"]).view(1, 3, 1, 1)
-    return (batch.float() / 255.0 - mean) / std
-
-
 def pretrain(recipe: Mapping[str, Any] | None, out: str | os.PathLike, log=print) -> dict[str, Any]:
-    """Train the recipe's trunk with a linear softmax classifier on its generated classes; write
-    ``{"recipe", "hash", "trunk", "train_accuracy"}`` to ``out`` (a torch file), always on
-    ``PRETRAIN_THREADS`` torch threads (the caller's count restored after). Returns the summary."""
-    r = resolve_recipe(recipe)
-    before = torch.get_num_threads()
-    torch.set_num_threads(PRETRAIN_THREADS)
-    try:
-        trunk, accuracy = _train_trunk(r, log)
-    finally:
-        torch.set_num_threads(before)
-    summary = {"recipe": r, "hash": recipe_hash(r), "train_accuracy": accuracy}
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    with atomic_open(out, "wb") as f:
-        torch.save({**summary, "trunk": trunk.state_dict()}, f)
-    return summary
-
-
-def _train_trunk(r: dict[str, Any], log) -> tuple[nn.Module, float]:
-    """The trained trunk and its last epoch's train accuracy (Adam, cosine schedule, crops and flips)."""
-    torch.manual_seed(r["seed"])
-    gen = torch.Generator().manual_seed(r["seed"])
+    """Train the recipe's trunk with a linear softmax classifier on its generated classes, with random
+    crops and flips; write the weights to ``out`` (``dmlrepro.models.pretraining.pretrain_to``). Returns the summary."""
+    r = STANDIN.resolve(recipe)
     images, labels = _images(r)
-    trunk = create_backbone(r["backbone"], **r["backbone_kwargs"])
-    input_config = get_backbone_spec(r["backbone"]).input_config
-    classifier = nn.Linear(int(trunk.num_features), r["classes"]["num_classes"])
-    params = list(trunk.parameters()) + list(classifier.parameters())
-    opt = torch.optim.Adam(params, lr=r["lr"], weight_decay=r["weight_decay"])
-    steps = r["epochs"] * math.ceil(len(labels) / r["batch_size"])
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
-    trunk.train()
-    for epoch in range(r["epochs"]):
-        order, correct = torch.randperm(len(labels), generator=gen), 0
-        for start in range(0, len(labels), r["batch_size"]):
-            idx = order[start : start + r["batch_size"]]
-            x = _normalise(_augment(images[idx], r["pad"], r["hflip"], gen), input_config)
-            logits = classifier(trunk(x))
-            loss = F.cross_entropy(logits, labels[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            correct += int((logits.argmax(1) == labels[idx]).sum())
-        log(f"standin epoch {epoch + 1}/{r['epochs']}: train accuracy {correct / len(labels):.4f}")
-    return trunk, correct / len(labels)
+    data = (images, labels, r["classes"]["num_classes"])
+    return pretrain_to(out, STANDIN, r, data, lambda batch, gen: _augment(batch, r["pad"], r["hflip"], gen), log)
 
 
-# -- loading -----------------------------------------------------------------------------------
 def load_standin(
     model: nn.Module,
     recipe: Mapping[str, Any] | None,
@@ -119,40 +67,9 @@ def load_standin(
     """Load the stand-in trunk of ``recipe`` from ``folder`` into ``model.backbone``, built with
     ``backbone_kwargs`` (the run's, which must be the recipe's); the file must hold the same recipe
     (and hash) it is named after."""
-    path = weights_file(folder, recipe)
-    if not path.is_file():
-        raise StandinError(
-            f"stand-in weights {path} not found: the workflow's rule pretrain_standin builds them "
-            f"(or `python -m dmlrepro.models.standin RECIPE.yaml {Path(folder)}`)"
-        )
-    resolved = resolve_recipe(recipe)
-    load_checked_trunk(model, path, resolved, recipe_hash(resolved), backbone_kwargs, StandinError, "stand-in trunk")
-    return path
-
-
-def load_checked_trunk(
-    model: nn.Module,
-    path: Path,
-    resolved: Mapping[str, Any],
-    digest: str,
-    backbone_kwargs: Mapping[str, Any] | None,
-    error: type[Exception],
-    what: str,
-) -> None:
-    """Load a pretrained trunk's file into ``model.backbone`` once it holds the recipe ``resolved`` (hash
-    ``digest``) it is named after and fits the run's backbone and ``backbone_kwargs``; else ``error``.
-    Shared by the stand-in and the digit trunk (models/digit_trunk.py)."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if state.get("hash") != digest or state.get("recipe") != resolved:
-        raise error(f"{path}: trained from recipe {state.get('recipe')}, not {resolved}")
-    if resolved["backbone"] != getattr(model, "backbone_name", None):
-        raise error(f"{what} {resolved['backbone']!r} does not fit backbone {getattr(model, 'backbone_name', None)!r}")
-    if dict(backbone_kwargs or {}) != resolved["backbone_kwargs"]:
-        raise error(
-            f"{what} built with backbone_kwargs {resolved['backbone_kwargs']}; "
-            f"the run's model.backbone_kwargs are {dict(backbone_kwargs or {})}: set them equal"
-        )
-    model.backbone.load_state_dict(state["trunk"])
+    command = f"python -m dmlrepro.models.standin RECIPE.yaml {Path(folder)}"
+    missing = f"the workflow's rule pretrain_standin builds them (or `{command}`)"
+    return load_trunk(model, STANDIN, recipe, folder, backbone_kwargs, missing)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         print(main.__doc__, file=sys.stderr)
         return 2
     recipe = yaml.safe_load(Path(args[0]).read_text()) or {}
-    print(pretrain(recipe, weights_file(args[1], recipe))["hash"])
+    print(pretrain(recipe, STANDIN.weights_file(args[1], recipe))["hash"])
     return 0
 
 
