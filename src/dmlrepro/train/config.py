@@ -20,10 +20,10 @@ from typing import Any
 
 import yaml
 
-from dmlrepro import digit_trunk_recipe
 from dmlrepro.config_names import loss_catalog
+from dmlrepro.digit_trunk_recipe import DIGIT_TRUNK
 from dmlrepro.nested import canonical
-from dmlrepro.standin_recipe import StandinError, resolve_recipe
+from dmlrepro.standin_recipe import STANDIN
 
 from .config_checks import GROUPS, ConfigError, check_loss_hparam_types, config_error, read_yaml
 from .config_keys import (
@@ -130,15 +130,8 @@ def _check_dataset(cfg: dict) -> None:
         )
 
 
-#: ``model.pretrained`` value -> (its recipe key, the recipe's resolver and error): the local pretrained trunks
-PRETRAINING_RECIPES = {
-    "standin": ("standin", resolve_recipe, StandinError),
-    digit_trunk_recipe.PRETRAINED: (
-        "digit_trunk",
-        digit_trunk_recipe.resolve_recipe,
-        digit_trunk_recipe.DigitTrunkError,
-    ),
-}
+#: the local pretrained trunks: ``model.pretrained`` names one (``spec.key``), ``model.<spec.key>`` holds its recipe
+PRETRAINING_RECIPES = (STANDIN, DIGIT_TRUNK)
 
 
 def _resolve_pretraining(cfg: dict) -> None:
@@ -146,15 +139,16 @@ def _resolve_pretraining(cfg: dict) -> None:
     (docs/miniature.md, docs/models.md#the-digit-pretrained-trunk); null (ignored, not part of the run id)
     unless ``pretrained`` names that trunk, e.g. when a preflight swaps in random initialisation."""
     model = cfg["model"]
-    for pretrained, (key, resolve, error) in PRETRAINING_RECIPES.items():
-        if model["pretrained"] != pretrained:
+    for spec in PRETRAINING_RECIPES:
+        key = spec.key
+        if model["pretrained"] != key:
             model[key] = None
             continue
         if model[key] is not None and not isinstance(model[key], Mapping):
             raise config_error(f"model.{key}", model[key], "a mapping (the trunk's pretraining recipe) or null")
         try:
-            model[key] = resolve(model[key])
-        except error as e:
+            model[key] = spec.resolve(model[key])
+        except spec.error as e:
             raise ConfigError(f"run config: {e}") from None
         if model[key]["backbone"] != model["backbone"]:
             raise config_error(
