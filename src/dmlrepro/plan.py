@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from dmlrepro.job_requests import search_run_count, train_request
+from dmlrepro.nested import deep_merge
 from dmlrepro.run_table import RunTable
 from dmlrepro.runs import ExperimentError, validate_workflow_config
 from dmlrepro.selection import PAPERS, assume_preparable, dataset_status, paper_of, select, target_scopes
@@ -101,7 +102,9 @@ def make_plan(
     rows = job_rows(config, RunTable(wanted.config, wanted.experiments), [e for e in scope if e in wanted.experiments])
     projected = preflight_hours(preflight, rows) if preflight is not None else None
     statuses = {
-        d: dataset_status(d, config["data_root"]) for d in config["datasets"] if any(r["dataset"] == d for r in rows)
+        d: dataset_status(d, config["data_root"], config["sources"].get(d))
+        for d in config["datasets"]
+        if any(r["dataset"] == d for r in rows)
     }
     now = [row for row in rows if statuses[row["dataset"]].usable]
     return {
@@ -149,7 +152,7 @@ def format_plan(plan: Mapping[str, Any], configfile: str, by_experiment: bool = 
     only, projected = plan["only_datasets"], plan["projected_hours"] is not None
     jobs = plan["jobs"]
     lines = [
-        f"plan of {' '.join(plan['targets'])} --configfile={configfile}"
+        f"plan of {' '.join(plan['targets'])} --configfile {configfile}"
         + (f" (only_datasets: {', '.join(only)})" if only else ""),
         f"{len(jobs)} training jobs, {sum(r['runs'] for r in jobs)} runs, {plan['gpu_hours']:,.0f} GPU-hours "
         "requested (one allocation per job; a retry asks again)"
@@ -193,7 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
         "targets", nargs="*", metavar="TARGET", help="a paper (pfml, rsw, asap) or an experiment (default: all)"
     )
     p.add_argument(
-        "--configfile", default=DEFAULT_CONFIG, metavar="FILE", help=f"workflow config (default: {DEFAULT_CONFIG})"
+        "--configfile",
+        nargs="+",
+        default=[DEFAULT_CONFIG],
+        metavar="FILE",
+        help=f"workflow config (default: {DEFAULT_CONFIG}); several: merged in order, as snakemake merges them",
     )
     p.add_argument(
         "--only-datasets", nargs="+", metavar="NAME", help="as snakemake --config 'only_datasets=[NAME,...]'"
@@ -205,10 +212,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def merged_configs(paths: Sequence[str]) -> dict[str, Any]:
+    """The workflow config of `paths`, each merged over the ones before (mappings key by key, anything
+    else replaced), as `snakemake --configfile A B` merges them: e.g. config/rehearsal.yaml over config/paper.yaml."""
+    config: dict[str, Any] = {}
+    for path in paths:
+        config = deep_merge(config, yaml.safe_load(Path(path).read_text()) or {})
+    return config
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        config = yaml.safe_load(Path(args.configfile).read_text())
+        config = merged_configs(args.configfile)
         if args.only_datasets:
             config["only_datasets"] = args.only_datasets
         if args.opt_in:
@@ -216,9 +232,9 @@ def main(argv: list[str] | None = None) -> int:
         preflight = json.loads(Path(args.preflight).read_text()) if args.preflight else None
         plan = make_plan(config, args.targets, preflight)
     except (OSError, yaml.YAMLError, json.JSONDecodeError, ExperimentError, ValueError, KeyError) as error:
-        print(f"dmlrepro plan: {args.configfile}: {error}", file=sys.stderr)
+        print(f"dmlrepro plan: {' '.join(args.configfile)}: {error}", file=sys.stderr)
         return 2
-    print(json.dumps(plan, indent=1) if args.json else format_plan(plan, args.configfile, args.experiments))
+    print(json.dumps(plan, indent=1) if args.json else format_plan(plan, " ".join(args.configfile), args.experiments))
     return 0
 
 

@@ -2,10 +2,11 @@
 the datasets that are selected (config `only_datasets`) and can be prepared here; the others are
 "not run", with the reason. A target narrows this to one paper or one experiment (:func:`target_scopes`).
 
-A dataset can be prepared when it is prepared already, generated (synthetic, digits), or when each of
-its files is either placed in ``<data_root>/<name>/archives/`` or has a download URL
-(dmlrepro.data.benchmarks). Cars-196 and In-Shop have no working URL: without their files placed they
-are left out, and one missing dataset never blocks the experiments of the others.
+A dataset can be prepared when it is prepared already, generated (synthetic, digits), when the config's
+``sources`` give it a URL or a local file, or when each of its files is either placed in
+``<data_root>/<name>/archives/`` or has a download URL (dmlrepro.data.benchmarks). Cars-196 and In-Shop
+have no working URL: without their files placed they are left out, and one missing dataset never blocks
+the experiments of the others.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ class DatasetStatus:
         return self.status != MANUAL
 
 
-def dataset_status(name: str, data_root: str) -> DatasetStatus:
-    """Where dataset `name` stands under `data_root` (module docstring)."""
+def dataset_status(name: str, data_root: str, source: Mapping[str, Any] | None = None) -> DatasetStatus:
+    """Where dataset `name` stands under `data_root` (module docstring); `source`: its entry of the
+    config's `sources`, whose `url` or `archive` stands for the files' built-in download."""
     if name in EMBEDDED:
         return DatasetStatus(name, GENERATED)
     if is_prepared(data_root, name):
@@ -52,6 +54,8 @@ def dataset_status(name: str, data_root: str) -> DatasetStatus:
         return dataclasses.replace(dataset_status(prepared_dependencies(name)[0], data_root), name=name)
     bench = BENCHMARKS[name]
     folder = dataset_dir(data_root, name) / ARCHIVE_DIR
+    if source and (source.get("url") or source.get("archive")):
+        return DatasetStatus(name, DOWNLOAD)
     if any(not (folder / r.filename).is_file() and not r.urls for r in bench.resources):
         fetch = (
             f"no working download: put its files in {folder}/ ({bench.placement}), "
@@ -93,7 +97,7 @@ def select(config: Mapping[str, Any], status: Callable[[str], DatasetStatus] | N
         raise ExperimentError(
             f"config only_datasets: {unknown[0]!r} is not a dataset of the config ({', '.join(config['datasets'])})"
         )
-    status = status or (lambda name: dataset_status(name, config["data_root"]))
+    status = status or (lambda name: dataset_status(name, config["data_root"], config["sources"].get(name)))
     left_out = {}  # dataset -> why
     for name in config["datasets"]:
         if only is not None and name not in only:

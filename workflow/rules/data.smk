@@ -1,4 +1,9 @@
 from dmlrepro.data.multidigit import prepared_dependencies
+from dmlrepro.data.registry import check_sources
+
+# config `sources`: where a benchmark's files come from, read by the rule's script (not a param: a run id
+# does not depend on it and a changed entry reruns nothing); a bad entry stops here, before any job
+check_sources(config["sources"])
 
 
 # double_mnist / triple_mnist are made from a prepared mnist unless their params give a `source`

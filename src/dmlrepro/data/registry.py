@@ -134,6 +134,35 @@ def _prepare(name, root, *, urls, archives, md5, strict_counts, force, progress,
     return prepare_digits(root, force=force, progress=progress, strict_counts=strict_counts, **params)
 
 
+def source_arguments(name: str, source: Mapping | None) -> dict:
+    """The :func:`prepare` arguments of a workflow config's ``sources.<name>`` entry (its keys ``url``,
+    ``archive``: one or a list; ``md5``: file -> md5 or None to skip; ``strict_counts``): where a
+    benchmark's files come from, never part of a run's identity (docs/workflow.md#config)."""
+    if not source:
+        return {}
+    if name not in BENCHMARKS:
+        raise ValueError(
+            f"config sources.{name}: not a dataset whose files are fetched; expected one of {', '.join(BENCHMARKS)}"
+        )
+    listed = {"url": "urls", "archive": "archives"}
+    args = {
+        listed[key]: [value] if isinstance(value, str) else list(value)
+        for key, value in source.items()
+        if key in listed
+    }
+    if "md5" in source:
+        args["md5"] = dict(source["md5"])
+    if "strict_counts" in source:
+        args["strict_counts"] = bool(source["strict_counts"])
+    return args
+
+
+def check_sources(sources: Mapping[str, Mapping]) -> None:
+    """Every entry of a workflow config's ``sources`` names a benchmark (a ValueError naming it otherwise)."""
+    for name, source in sources.items():
+        source_arguments(name, source)
+
+
 def load(name: str, root: str | os.PathLike) -> Manifest:
     """The manifest of a prepared dataset (raises ManifestError naming the file if not prepared)."""
     _check_known(name)
@@ -145,4 +174,14 @@ def _check_known(name: str) -> None:
         raise KeyError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
 
 
-__all__ = ["DATASETS", "EMBEDDED", "describe", "prepare", "load", "is_prepared", "manifest_path"]
+__all__ = [
+    "DATASETS",
+    "EMBEDDED",
+    "check_sources",
+    "describe",
+    "prepare",
+    "load",
+    "is_prepared",
+    "manifest_path",
+    "source_arguments",
+]
