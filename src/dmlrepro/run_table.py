@@ -55,6 +55,10 @@ class ResultsLayout:
         """How long a final stage's Complete runs train (rule final_epochs)."""
         return f"{self.results}/final/{experiment}/{search_id}/epochs.json"
 
+    def failure(self, run_id: str) -> str:
+        """The record of a run's or search's failed last attempt (dmlrepro.run_failures)."""
+        return f"{self.results}/failed/{run_id}.json"
+
     def experiment_table(self, experiment: str) -> str:
         return f"{self.results}/experiments/{experiment}.csv"
 

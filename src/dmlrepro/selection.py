@@ -77,6 +77,12 @@ class Selection:
     active: list[str]  # every active experiment, built or not
     reasons: dict[str, str] = field(default_factory=dict)
 
+    def without(self, reasons: Mapping[str, str]) -> Selection:
+        """This selection less the experiments in ``reasons`` (experiment -> why), which join the not-run
+        list (e.g. the experiments with a failed run: dmlrepro.run_failures)."""
+        kept = [name for name in self.experiments if name not in reasons]
+        return dataclasses.replace(self, experiments=kept, reasons={**self.reasons, **reasons})
+
     def not_run(self, scope: Sequence[str] | None = None) -> list[dict[str, str]]:
         """[{experiment, reason}] of the experiments in `scope` (default: all) not built or built in part."""
         return [

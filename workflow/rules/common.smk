@@ -17,6 +17,7 @@ from dmlrepro.data.registry import expected_train_images
 from dmlrepro.preflight.projection import planned_images
 from dmlrepro.run_table import ResultsLayout, RunTable, reported_tables, run_record
 from dmlrepro.selection import select
+from dmlrepro.run_failures import failed_experiments
 from dmlrepro.tuning.bayes import BEST_JSON, TRIALS_CSV
 from dmlrepro import jobserver
 from dmlrepro.report.claims import check_claims, load_catalogue, read_catalogue
@@ -44,6 +45,10 @@ SELECTION = select(config)
 # runs, searches (experiments with `search:` train inside their search: rule search) and the final
 # stages' runs, which join once their searches are known
 TABLE = RunTable(SELECTION.config, SELECTION.experiments)
+# config skip_failed_runs: the experiments whose runs failed are left out, and listed (docs/workflow.md#when-runs-fail)
+if config["skip_failed_runs"]:
+    SELECTION = SELECTION.without(failed_experiments(TABLE, LAYOUT))
+    TABLE = RunTable(SELECTION.config, SELECTION.experiments)
 EXPERIMENTS = TABLE.experiments
 check_train_requests(config)
 

@@ -7,24 +7,29 @@ from pathlib import Path
 
 from dmlrepro.jobserver import run_job
 from dmlrepro.nested import deep_merge
+from dmlrepro.run_failures import recorded_failure
+from dmlrepro.run_table import ResultsLayout
 from dmlrepro.runs import job_runtime
 
 runtime = job_runtime(snakemake.params.data_root, snakemake.threads, snakemake.config["cache_images"])
 spec = snakemake.params.search
 # the job's GPU request: device auto then stops at once where no GPU is usable (docs/environment.md#gpu-driver)
 os.environ["DMLREPRO_GPUS"] = str(snakemake.resources.gpu)
-run_job(
-    "dmlrepro.tuning:run_search",
-    deep_merge(snakemake.params.config, runtime),
-    spec["space"],
-    Path(snakemake.output.trials).parent,
-    trials=spec["trials"],
-    folds=spec["folds"],
-    seed=spec["seed"],
-    sampler=spec["sampler"],
-    startup_trials=spec["startup_trials"],
-    progress=False,
-    log=snakemake.log[0],
-    threads=snakemake.threads,
-    gpu=snakemake.resources.gpu,  # a GPU of its own on a workstation (docs/workflow.md#one-node-several-gpus)
-)
+# a failed attempt is recorded for a report without it (config skip_failed_runs, docs/workflow.md#when-runs-fail)
+failure = ResultsLayout(snakemake.config["results"], snakemake.params.data_root).failure(snakemake.wildcards.search)
+with recorded_failure(failure, snakemake.log[0]):
+    run_job(
+        "dmlrepro.tuning:run_search",
+        deep_merge(snakemake.params.config, runtime),
+        spec["space"],
+        Path(snakemake.output.trials).parent,
+        trials=spec["trials"],
+        folds=spec["folds"],
+        seed=spec["seed"],
+        sampler=spec["sampler"],
+        startup_trials=spec["startup_trials"],
+        progress=False,
+        log=snakemake.log[0],
+        threads=snakemake.threads,
+        gpu=snakemake.resources.gpu,  # a GPU of its own on a workstation (docs/workflow.md#one-node-several-gpus)
+    )
