@@ -48,7 +48,7 @@ COMMANDS = {
         "dmlrepro.plan",
         "main",
         [],
-        "a target's jobs, GPU-hours and datasets before submitting it: [TARGET ...] --configfile FILE",
+        "a target's jobs, GPU-hours and datasets before submitting it: [TARGET ...] --configfile FILE [FILE ...]",
     ),
 }
 

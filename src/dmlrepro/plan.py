@@ -72,15 +72,22 @@ def totals(rows: Sequence[Mapping[str, Any]], key: str, projected: Mapping[str, 
 
 def preflight_hours(preflight: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> dict[str, dict]:
     """The preflight's projected hours per experiment and per paper (a run shared by experiments counts
-    in each, as the preflight sums them), and its over-budget runs among `rows`."""
+    in each, as the preflight sums them), per dataset (each of `rows`' runs once; none from a preflight
+    that records no `run_hours`), and its over-budget runs among `rows`."""
     experiments = {e["name"]: e["hours"] for e in preflight.get("experiments", [])}
     papers: dict[str, float] = {}
     for name, hours in experiments.items():
         papers[paper_of(name) or "-"] = papers.get(paper_of(name) or "-", 0.0) + hours
+    run_hours = preflight.get("run_hours", {})
+    datasets: dict[str, float] = {}
+    for row in {row["run_id"]: row for row in rows}.values():
+        if row["run_id"] in run_hours:
+            datasets[row["dataset"]] = datasets.get(row["dataset"], 0.0) + run_hours[row["run_id"]]
     over = set(preflight.get("over_budget", []))
     return {
         "experiment": experiments,
         "paper": papers,
+        "dataset": datasets,
         "over_budget": [row for row in rows if row["run_id"] in over],
     }
 
@@ -114,7 +121,7 @@ def make_plan(
         "jobs": rows,
         "papers": totals(rows, "paper", projected and projected["paper"]),
         "by_experiment": totals(rows, "experiment", projected and projected["experiment"]),
-        "by_dataset": totals(rows, "dataset"),
+        "by_dataset": totals(rows, "dataset", projected and projected["dataset"]),
         "gpu_hours": gpu_hours(rows),
         "now": {"jobs": len(now), "gpu_hours": gpu_hours(now)},
         "projected_hours": None if preflight is None else preflight.get("total_hours"),
@@ -163,7 +170,7 @@ def format_plan(plan: Mapping[str, Any], configfile: str, by_experiment: bool = 
         *(
             _table(plan["by_experiment"], "experiment", projected)
             if by_experiment
-            else _table(plan["by_dataset"], "dataset", False)
+            else _table(plan["by_dataset"], "dataset", projected)
         ),
     ]
     if plan["over_budget"] is not None:

@@ -59,7 +59,7 @@ def test_tiny_config(tmp_path, monkeypatch, capsys):
     status, doc = preflight(tmp_path, monkeypatch, yaml.safe_load(TINY))
     printed = capsys.readouterr().out
     assert status == 0, printed
-    assert set(doc) == {"device", "configs", "experiments", "total_hours", "over_budget"}
+    assert set(doc) == {"device", "configs", "experiments", "total_hours", "run_hours", "over_budget"}
     assert doc["device"]["device"] == "cpu" and doc["device"]["cpus"] >= 1 and "torch" in doc["device"]
     assert len(doc["configs"]) == 2  # pfml (3 values of alpha / seeds) and proxy_anchor
     for entry in doc["configs"]:
@@ -69,6 +69,7 @@ def test_tiny_config(tmp_path, monkeypatch, capsys):
     hours = {e["name"]: e["hours"] for e in doc["experiments"]}
     assert set(hours) == {"table", "alpha"} and all(h > 0 for h in hours.values())
     assert doc["total_hours"] < hours["table"] + hours["alpha"]  # the shared run counts once
+    assert sum(doc["run_hours"].values()) == pytest.approx(doc["total_hours"])  # dmlrepro plan's per-dataset hours
     assert doc["over_budget"] == []
     assert "every shape stepped and every run fits its time budget" in printed
 

@@ -136,6 +136,21 @@ def test_plan_of_a_paper_with_a_preflight(tmp_path, capsys):
     assert "unknown target 'nope'" in capsys.readouterr().err
 
 
+def test_plan_projects_hours_per_dataset_from_the_preflights_runs(tmp_path, capsys):
+    """The preflight's hours per run (`run_hours`) add up per dataset, each job once."""
+    config = {**PAPER, "data_root": str(tmp_path)}
+    rows = plan.make_plan(config, ["rsw"])["jobs"]
+    cub = [row["run_id"] for row in rows if row["dataset"] == "cub200"]
+    sop = next(row["run_id"] for row in rows if row["dataset"] == "sop")
+    run_hours = {cub[0]: 1.5, cub[1]: 2.0, sop: 7.0, "another-config-run": 100.0}
+    preflight = {"experiments": [], "total_hours": 110.5, "over_budget": [], "run_hours": run_hours}
+    by_dataset = {e["dataset"]: e["projected_hours"] for e in plan.make_plan(config, ["rsw"], preflight)["by_dataset"]}
+    assert by_dataset["cub200"] == pytest.approx(3.5) and by_dataset["sop"] == pytest.approx(7.0)
+    assert by_dataset["cars196"] is None  # no run of it projected
+    old = {k: v for k, v in preflight.items() if k != "run_hours"}  # a preflight JSON from before run_hours
+    assert all(e["projected_hours"] is None for e in plan.make_plan(config, ["rsw"], old)["by_dataset"])
+
+
 def test_plan_of_a_search_asks_its_trials_times_folds(tmp_path):
     """RSW's reality check on CUB (opt-in): each search job trains 50 trials x 4 folds in one allocation,
     12,000 minutes at CUB's 60 (docs/slurm.md); its final stage is counted at the space's example point."""

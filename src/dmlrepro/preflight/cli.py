@@ -236,6 +236,7 @@ def run_preflight(
         ],
         "experiments": experiments,
         "total_hours": total,
+        "run_hours": {cost.run_id: cost.hours for cost in costs},  # per run: dmlrepro plan's hours per dataset
         "over_budget": [cost.run_id for cost in over],
     }
     return {"json": doc, "rows": rows, "costs": costs, "problems": problems, "notes": notes}
