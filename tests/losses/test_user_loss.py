@@ -172,5 +172,5 @@ def test_dmlrepro_runs_merges_the_configfiles_as_snakemake_does(user_module, cap
     files = [str(ROOT / "config" / "config.yaml"), str(EXAMPLES / "own_loss.yaml")]
     assert main(["runs", "--configfile", *files, "--experiment", "rsw_table1"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert sum(line.startswith("centred_softmax-synthetic-tiny_cnn-s") for line in lines) == 3
+    assert sum(line.startswith("centred_softmax-double_digits-tiny_cnn-s") for line in lines) == 3
     assert lines[-1] == f"{len(lines) - 1} runs"

@@ -1,8 +1,8 @@
-"""The ImageNet stand-in pretrains on generated classes that no run of the embedded default trains or
-tests on: no generator key (seed, class index) and no class description is shared (docs/miniature.md)."""
+"""The ImageNet stand-in pretrains on generated classes that no run fine-tuning it trains or tests on
+(the default's tables on `synthetic`, tests/pretrain/conftest.py): no generator key (seed, class index)
+and no class description is shared (docs/miniature.md)."""
 
 import copy
-from pathlib import Path
 
 import pytest
 import yaml
@@ -10,12 +10,6 @@ import yaml
 from dmlrepro.data.synthetic import DEFAULTS, class_keys, class_specs
 from dmlrepro.runs import resolve_runs
 from dmlrepro.standin_recipe import workflow_recipes
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _default_config():
-    return yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 
 
 def _run_class_params(runs):
@@ -48,8 +42,8 @@ def _overlap(recipe_classes, run_params):
     return shared_keys, shared_specs
 
 
-def test_standin_classes_are_disjoint_from_every_run_of_the_default():
-    runs = resolve_runs(_default_config())
+def test_standin_classes_are_disjoint_from_every_run_that_finetunes_it(standin_config):
+    runs = resolve_runs(standin_config)
     recipes = workflow_recipes(runs)
     params = _run_class_params(runs)
     assert len(recipes) == 1 and params  # one stand-in, fine-tuned by the synthetic runs
@@ -60,10 +54,9 @@ def test_standin_classes_are_disjoint_from_every_run_of_the_default():
         assert not shared_keys and not shared_specs
 
 
-def test_the_check_sees_a_shared_class():
+def test_the_check_sees_a_shared_class(standin_config):
     """The same check on a recipe built to overlap (the runs' generator seed) reports the shared classes."""
-    config = _default_config()
-    bad = copy.deepcopy(config)
+    bad = copy.deepcopy(standin_config)
     bad["datasets"]["synthetic"]["model"]["standin"]["classes"]["seed"] = 0
     runs = resolve_runs(bad)
     (recipe,) = workflow_recipes(runs).values()

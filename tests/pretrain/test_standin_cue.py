@@ -1,5 +1,6 @@
 """The ImageNet stand-in is generic: it is pretrained without the cue the default's test classes are told
-apart by (docs/miniature.md#the-imagenet-stand-in).
+apart by (docs/miniature.md#the-imagenet-stand-in), on the default's tables as they ran on `synthetic`
+(tests/pretrain/conftest.py).
 
 `synthetic`'s classes come in families that share their glyphs (the family's modes: shape, hue, inset)
 and differ only by a marker (1-2 dots above or below the centre; dmlrepro.data.synthetic). The stand-in
@@ -9,15 +10,12 @@ the glyphs and the marker carries no label information, as ImageNet carries none
 separate CUB's species."""
 
 import copy
-from pathlib import Path
 
 import yaml
 
 from dmlrepro.data.synthetic import DEFAULTS, class_specs
 from dmlrepro.runs import resolve_runs
 from dmlrepro.standin_recipe import RECIPE_DEFAULTS, workflow_recipes
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _specs(params):
@@ -50,26 +48,24 @@ def _cue_overlap(config):
     return run_specs, standin_specs
 
 
-def test_the_test_classes_are_told_apart_by_the_marker():
+def test_the_test_classes_are_told_apart_by_the_marker(standin_config):
     """The check below is not vacuous: within the runs' families, the marker is the only difference."""
-    run_specs, _ = _cue_overlap(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
+    run_specs, _ = _cue_overlap(standin_config)
     for specs in run_specs:
         assert marker_cues(specs) == {(1, True), (1, False), (2, True), (2, False)}
 
 
-def test_the_standin_learns_neither_the_marker_nor_the_runs_glyphs():
-    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    run_specs, standin_specs = _cue_overlap(config)
+def test_the_standin_learns_neither_the_marker_nor_the_runs_glyphs(standin_config):
+    run_specs, standin_specs = _cue_overlap(standin_config)
     for specs in standin_specs:
         assert marker_cues(specs) == set()
         assert not any(glyphs(specs) & glyphs(run) for run in run_specs)
     assert marker_cues(_specs(RECIPE_DEFAULTS["classes"])) == set()  # the recipe's default is generic too
 
 
-def test_the_check_sees_a_standin_that_learns_the_marker():
+def test_the_check_sees_a_standin_that_learns_the_marker(standin_config):
     """A stand-in pretrained on families of four (the runs' marker code) is caught."""
-    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    bad = copy.deepcopy(config)
+    bad = copy.deepcopy(standin_config)
     bad["datasets"]["synthetic"]["model"]["standin"]["classes"]["family_size"] = 4
     _, standin_specs = _cue_overlap(bad)
     assert marker_cues(standin_specs[0]) == {(1, True), (1, False), (2, True), (2, False)}

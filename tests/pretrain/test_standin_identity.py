@@ -3,27 +3,19 @@ pretraining recipe changes exactly the ids of the runs that fine-tune from it, m
 weights folder changes none."""
 
 import copy
-from pathlib import Path
-
-import yaml
 
 from dmlrepro.runs import config_hash, resolve_runs
 from dmlrepro.standin_recipe import recipe_hash, run_weights, with_folder, workflow_recipes
 
-ROOT = Path(__file__).resolve().parents[2]
 EXPERIMENTS = ["pfml_table1", "rsw_fig10_toy"]  # synthetic runs (stand-in) and digits runs (from scratch)
-
-
-def _config():
-    return yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
 
 
 def _ids(config):
     return {(r.method, r.dataset, r.seed): r.run_id for r in resolve_runs(config, EXPERIMENTS).values()}
 
 
-def test_recipe_change_changes_exactly_the_finetuned_ids():
-    base = _config()
+def test_recipe_change_changes_exactly_the_finetuned_ids(standin_config):
+    base = standin_config
     changed = copy.deepcopy(base)
     changed["datasets"]["synthetic"]["model"]["standin"]["epochs"] += 1
     before, after = _ids(base), _ids(changed)
@@ -33,14 +25,14 @@ def test_recipe_change_changes_exactly_the_finetuned_ids():
     assert any(key[1] == "digits" for key in before)
 
 
-def test_location_changes_no_id():
-    base = _config()
+def test_location_changes_no_id(standin_config):
+    base = standin_config
     moved = {**copy.deepcopy(base), "results": "/elsewhere/results", "data_root": "/elsewhere/data"}
     assert _ids(base) == _ids(moved)
 
 
-def test_weights_folder_is_not_identity_but_is_the_input():
-    runs = resolve_runs(_config(), EXPERIMENTS)
+def test_weights_folder_is_not_identity_but_is_the_input(standin_config):
+    runs = resolve_runs(standin_config, EXPERIMENTS)
     ((digest, recipe),) = workflow_recipes(runs).items()
     assert digest == recipe_hash(recipe)
     for run in runs.values():
@@ -72,13 +64,13 @@ def test_run_config_checks_the_recipe():
     assert resolve_run_config({"model": {"pretrained": False, "standin": {"epochs": 3}}})["model"]["standin"] is None
 
 
-def test_the_rules_output_pattern_names_the_file_a_run_loads(tmp_path):
+def test_the_rules_output_pattern_names_the_file_a_run_loads(tmp_path, standin_config):
     """Rule pretrain_standin's output (its wildcard filled with a recipe's hash) is the run's weights file."""
     from snakemake.io import apply_wildcards
 
     from dmlrepro.standin_recipe import weights_file, weights_file_of_hash
 
-    recipe = next(iter(workflow_recipes(resolve_runs(_config(), EXPERIMENTS)).values()))
+    recipe = next(iter(workflow_recipes(resolve_runs(standin_config, EXPERIMENTS)).values()))
     pattern = str(weights_file_of_hash(tmp_path, "{standin}"))
     filled = apply_wildcards(pattern, {"standin": recipe_hash(recipe)})
     assert filled == str(weights_file(tmp_path, recipe)) and filled.endswith(f"standin-{recipe_hash(recipe)}.pt")

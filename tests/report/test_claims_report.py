@@ -59,7 +59,7 @@ def fabricated_records(untrained=UNTRAINED, plateau=PLATEAU):
     return [
         {
             "method": method,
-            "dataset": "synthetic",
+            "dataset": "double_digits",
             "sweep": {},
             "seed": seed,
             "result": {
@@ -79,7 +79,7 @@ def w2_records(w2=W2):
     return [
         {
             "method": "pfml",
-            "dataset": "synthetic",
+            "dataset": "double_digits",
             "sweep": {},
             "seed": 0,
             "result": {"status": "completed", "metrics": {"recall@1": 0.4}, "proxy_metrics": {"w2": w2}},
@@ -198,12 +198,12 @@ def test_no_claims_no_section(tmp_path):
 @pytest.mark.parametrize(
     "change, failing",
     [
-        ({"w2": 5.8}, "pfml_w2 (pfml_table3_w2: pfml, synthetic)"),  # the proxies left the data (W₂ 5.8 vs 0.16)
+        ({"w2": 5.8}, "pfml_w2 (pfml_table3_w2: pfml, double_digits)"),  # the proxies left the data (W₂ 5.8 vs 0.16)
         (
             {"untrained": [0.40, 0.41, 0.39]},
-            "beats_untrained (Proxy Anchor, synthetic)",
+            "beats_untrained (Proxy Anchor, double_digits)",
         ),  # no room to learn: every compared side is checked
-        ({"plateau": 0.30}, "loss_plateau (PFML, synthetic)"),  # the loss still falling
+        ({"plateau": 0.30}, "loss_plateau (PFML, double_digits)"),  # the loss still falling
     ],
 )
 def test_a_failing_check_makes_a_significant_claim_not_testable(tmp_path, change, failing):
