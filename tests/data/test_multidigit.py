@@ -237,3 +237,18 @@ def test_training_digits_are_mnists_training_digits(tmp_path):
     assert np.array_equal(images, digits[:TINY_TRAIN]) and np.array_equal(got, labels[:TINY_TRAIN])
     with pytest.raises(MissingFileError, match="triple_mnist is not prepared"):
         training_digits("triple_mnist", tmp_path / "root")
+
+
+def test_a_run_finds_the_prepared_set_with_its_params(tmp_path):
+    """A run config names a multi-digit set with its preparation params (the faithful miniature's
+    images_per_class): the run finds the copy rule prepare_dataset made with them (with prepare: false, as
+    it is: a preflight's); an unknown param is a one-line config error."""
+    from dmlrepro.train.config import ConfigError
+    from dmlrepro.train.run_data import open_manifest
+
+    _, folder = _double_mnist(tmp_path)
+    cfg = {"name": "double_mnist", "root": str(tmp_path / "root"), "prepare": True, "params": {"images_per_class": 3}}
+    assert len(open_manifest(cfg).labels) == 100 * 3
+    assert len(open_manifest({**cfg, "prepare": False}).labels) == 100 * 3  # as found (a preflight's)
+    with pytest.raises(ConfigError, match=r"dataset.params = \{'size': 3\}: .*unknown parameter"):
+        open_manifest({**cfg, "params": {"size": 3}})

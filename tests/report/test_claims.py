@@ -275,7 +275,9 @@ def _config(name):
     return yaml.safe_load((ROOT / "config" / name).read_text())
 
 
-@pytest.mark.parametrize("config, scale", [("config.yaml", "miniature"), ("paper.yaml", "paper")])
+@pytest.mark.parametrize(
+    "config, scale", [("config.yaml", "miniature"), ("miniature.yaml", "faithful"), ("paper.yaml", "paper")]
+)
 def test_catalogue_matches_the_configs(config, scale):
     from snakemake.utils import validate
 

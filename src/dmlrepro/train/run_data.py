@@ -22,23 +22,29 @@ from torch.utils.data import Dataset, Sampler
 from dmlrepro import data
 from dmlrepro.data import ManifestDataset, MPerClassBatchSampler, RandomBatchSampler, write_noisy_labels
 from dmlrepro.data.label_noise import label_noise_path
+from dmlrepro.data.multidigit import SPECS as MULTIDIGIT
 from dmlrepro.data.registry import EMBEDDED
 from dmlrepro.data.splits import split_indices
 
 from .config import ConfigError, section_value
 
+#: datasets whose ``dataset.params`` the run prepares with: the embedded ones, and the multi-digit ones made
+#: from the prepared ``mnist`` under the same root (rule prepare_dataset made them; a run only finds them).
+#: With ``prepare: false`` a multi-digit run reads the copy under the root as it is (a preflight's stand-in)
+PARAMETRISED = (*EMBEDDED, *MULTIDIGIT)
+
 
 def open_manifest(dataset_cfg: dict[str, Any]):
     name, root = dataset_cfg["name"], dataset_cfg["root"]
-    if name in EMBEDDED and dataset_cfg["prepare"]:
+    if name in PARAMETRISED and dataset_cfg["prepare"]:
         try:
             data.prepare(name, root, progress=False, **dict(dataset_cfg["params"]))
         except TypeError as e:
             raise ConfigError(f"run config: dataset.params = {dict(dataset_cfg['params'])!r}: {e}") from None
-    elif dataset_cfg["params"]:
+    elif dataset_cfg["params"] and name not in MULTIDIGIT:
         raise ConfigError(
-            f"run config: dataset.params = {dict(dataset_cfg['params'])!r}: only for embedded datasets "
-            f"with dataset.prepare: true"
+            f"run config: dataset.params = {dict(dataset_cfg['params'])!r}: only for multi-digit datasets, or "
+            f"embedded ones with dataset.prepare: true"
         )
     try:
         return data.load(name, root)
