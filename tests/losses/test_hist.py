@@ -112,3 +112,25 @@ def test_build_loss_defaults_are_the_official_argparse_defaults():
     [(params, group, ratio)] = loss.linked_lr_groups().values()
     assert group == "backbone" and ratio == 10.0
     assert {id(p) for p in params} == {id(p) for p in loss.hgnn.parameters()}
+
+
+def test_a_sample_whose_p_is_tiny_but_not_zero_has_a_finite_gradient():
+    """p_true = e^-96 (a float32 subnormal, not 0: the code keeps the sample) gave log's gradient 1/p = inf
+    in the code's -log p (the faithful miniature's HIST runs diverged at their fifth step); the loss is the
+    float64 -log p averaged with the other sample's."""
+    loss = HISTLoss(num_classes=2, embedding_size=2, tau=32.0)
+    with torch.no_grad():
+        loss.means.copy_(torch.tensor([[1.0, 0.0], [-1.0, 0.0]]))
+        loss.log_vars.zero_()  # unit variances: the distance is the squared Euclidean one of the unit vectors
+    cos = -0.75  # d_true - d_other = -4 cos = 3, so p_true = 1 / (1 + e^(32 * 3))
+    x = torch.tensor([[cos, math.sqrt(1 - cos**2)], [1.0, 0.1]], requires_grad=True)
+    labels = torch.tensor([0, 0])
+    distribution_loss, _ = loss.distributions(x, labels)
+    distribution_loss.backward()
+    assert torch.isfinite(x.grad).all()
+    d = [torch.tensor(r, dtype=torch.float64) / torch.tensor(r, dtype=torch.float64).norm() for r in x.tolist()]
+    means = torch.tensor([[1.0, 0.0], [-1.0, 0.0]], dtype=torch.float64)
+    minus_log_p = [
+        torch.logsumexp(-32.0 * ((v - means) ** 2).sum(1), 0) + 32.0 * ((v - means[0]) ** 2).sum() for v in d
+    ]
+    assert distribution_loss.item() == pytest.approx(float(sum(minus_log_p) / 2), rel=1e-5)

@@ -108,7 +108,10 @@ class HISTLoss(nn.Module):
         )
         one_hot = F.one_hot(labels, self.num_classes).to(distance.dtype)
         p_true = (F.softmax(-self.tau * distance, dim=1) * one_hot).sum(dim=1)
-        loss = -p_true[p_true != 0].log().mean()
+        # the code's -log p over the samples whose p did not underflow to 0, as a log-softmax: a p that is tiny
+        # but not 0 has the gradient 1/p of log (non-finite) in the code's form, a finite one here
+        log_p_true = (F.log_softmax(-self.tau * distance, dim=1) * one_hot).sum(dim=1)
+        loss = -log_p_true[p_true != 0].mean()
         present = one_hot.sum(dim=0) != 0
         incidence = one_hot[:, present] + (-self.alpha * distance[:, present]).exp() * (1 - one_hot[:, present])
         return loss, incidence
