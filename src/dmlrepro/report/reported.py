@@ -3,7 +3,7 @@
 The CSVs are in long format (config/reported/README.md): one row per printed number, `value` as
 printed text. Our metrics are fractions where the papers print percentages; `paper_units`
 converts. A reported dataset name (`CUB-200-2011`) is *the real dataset*; a run on any other
-dataset (the embedded default's `synthetic`) is a miniature stand-in, shown beside the paper's
+dataset (the embedded default's `double_digits`) is a miniature stand-in, shown beside the paper's
 number but never differenced against it.
 """
 
