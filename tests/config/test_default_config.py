@@ -133,3 +133,10 @@ def test_the_defaults_table1_cells_have_three_seeds():
     for claim_id in ("pfml-beats-all-table1", "rsw-warp-beats-eq4"):
         for side, cell in claims[claim_id]["scales"]["miniature"]["cells"].items():
             assert len(_cell_seeds(runs, cell)) >= 3, (claim_id, side)
+
+
+def test_the_summary_headlines_asaps_own_method():
+    """ASAP's tables list the baseline C2 first (ASAP Table 1): the report's summary row is C2-ASAP-L's."""
+    experiments = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["experiments"]
+    for name in ("asap_table1", "asap_table2", "asap_table3", "asap_fig4a_alternation", "asap_fig8_batch"):
+        assert experiments[name]["report"]["headline"] == "c2_asap", name
