@@ -14,7 +14,7 @@ from dmlrepro.trunk_recipe import TrunkRecipe
 #: The pretraining recipe: generated classes (``dmlrepro.data.synthetic`` parameters), softmax
 #: classification with Adam and a cosine schedule, random crops (zero padding) and flips. Families of
 #: one class: the stand-in is never told classes apart by the marker that separates the classes of a
-#: run's family (generic, as ImageNet is for CUB; docs/miniature.md#the-imagenet-stand-in).
+#: run's family (generic, as ImageNet is for CUB; docs/models.md#the-generated-stand-in).
 RECIPE_DEFAULTS: dict[str, Any] = {
     "backbone": "tiny_cnn",
     "backbone_kwargs": {},

@@ -1,5 +1,5 @@
 """The ImageNet stand-in is generic: it is pretrained without the cue the default's test classes are told
-apart by (docs/miniature.md#the-imagenet-stand-in), on the default's tables as they ran on `synthetic`
+apart by (docs/models.md#the-generated-stand-in), on the default's tables as they ran on `synthetic`
 (tests/pretrain/conftest.py).
 
 `synthetic`'s classes come in families that share their glyphs (the family's modes: shape, hue, inset)
