@@ -163,6 +163,8 @@ def test_paper_config_every_shape_steps(tmp_path):
             "600",
             "--workers",
             "2",
+            "--data-root",
+            str(tmp_path / "data"),  # stand-ins for every dataset, whatever the checkout's data/ holds
             "--json",
             str(out),
         ],
