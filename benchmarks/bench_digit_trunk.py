@@ -28,7 +28,7 @@ from pytorch_metric_learning.losses import ProxyAnchorLoss
 
 from dmlrepro.data.registry import load
 from dmlrepro.data.samplers import MPerClassBatchSampler
-from dmlrepro.digit_trunk_recipe import resolve_recipe, weights_file
+from dmlrepro.digit_trunk_recipe import DIGIT_TRUNK
 from dmlrepro.evaluation.retrieval import retrieval_metrics
 from dmlrepro.models import build_model
 from dmlrepro.models.digit_trunk import load_digit_trunk, pretrain
@@ -124,8 +124,8 @@ def main(argv=None) -> int:
         recipe["epochs"] = a.pretrain_epochs
     if a.digits_per_class is not None:
         recipe["digits_per_class"] = a.digits_per_class
-    r = resolve_recipe(recipe)
-    path = weights_file(a.weights_dir, r)
+    r = DIGIT_TRUNK.resolve(recipe)
+    path = DIGIT_TRUNK.weights_file(a.weights_dir, r)
     t0 = time.perf_counter()
     if not path.is_file():
         print(f"pretraining {path}: {pretrain(r, path, a.data_root)}", flush=True)

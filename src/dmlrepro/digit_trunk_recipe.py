@@ -53,13 +53,6 @@ DIGIT_TRUNK = TrunkRecipe(
     nullable=frozenset({"digits_per_class"}),
     check=_check_dataset,
 )
-resolve_recipe = DIGIT_TRUNK.resolve
-recipe_hash = DIGIT_TRUNK.hash
-weights_file = DIGIT_TRUNK.weights_file
-weights_file_of_hash = DIGIT_TRUNK.weights_file_of_hash
-workflow_recipes = DIGIT_TRUNK.workflow_recipes
-run_weights = DIGIT_TRUNK.run_weights
-with_folder = DIGIT_TRUNK.with_folder
 
 
 def prepared_inputs(recipe: Mapping[str, Any]) -> list[str]:

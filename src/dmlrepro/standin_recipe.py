@@ -42,10 +42,3 @@ STANDIN = TrunkRecipe(
     integers={"epochs": 1, "batch_size": 1, "seed": 0, "pad": 0},
     nested=("classes",),
 )
-resolve_recipe = STANDIN.resolve
-recipe_hash = STANDIN.hash
-weights_file = STANDIN.weights_file
-weights_file_of_hash = STANDIN.weights_file_of_hash
-workflow_recipes = STANDIN.workflow_recipes
-run_weights = STANDIN.run_weights
-with_folder = STANDIN.with_folder

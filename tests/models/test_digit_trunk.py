@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dmlrepro.data.multidigit import training_digits
-from dmlrepro.digit_trunk_recipe import DigitTrunkError, recipe_hash, resolve_recipe, weights_file, workflow_recipes
+from dmlrepro.digit_trunk_recipe import DIGIT_TRUNK, DigitTrunkError
 from dmlrepro.models import build_model
 from dmlrepro.models.digit_trunk import load_digit_trunk, place_digits, pretrain
 
@@ -18,13 +18,15 @@ TINY = {"backbone_kwargs": KW, "epochs": 1, "digits_per_class": 3, "batch_size":
 
 
 def test_recipe_checked_and_hashed(tmp_path):
-    assert resolve_recipe({"epochs": 2})["epochs"] == 2
+    assert DIGIT_TRUNK.resolve({"epochs": 2})["epochs"] == 2
     for bad in ({"nope": 1}, {"dataset": "mnist"}, {"epochs": 0}, {"digits_per_class": 1.5}, {"backbone_kwargs": 3}):
         with pytest.raises(DigitTrunkError):
-            resolve_recipe(bad)
-    assert recipe_hash({}) == recipe_hash({"epochs": resolve_recipe()["epochs"]})  # defaults spelt out: same
-    assert recipe_hash({}) != recipe_hash({"seed": 1})
-    assert weights_file(tmp_path, {}).name == f"digits-{recipe_hash({})}.pt"
+            DIGIT_TRUNK.resolve(bad)
+    assert DIGIT_TRUNK.hash({}) == DIGIT_TRUNK.hash(
+        {"epochs": DIGIT_TRUNK.resolve()["epochs"]}
+    )  # defaults spelt out: same
+    assert DIGIT_TRUNK.hash({}) != DIGIT_TRUNK.hash({"seed": 1})
+    assert DIGIT_TRUNK.weights_file(tmp_path, {}).name == f"digits-{DIGIT_TRUNK.hash({})}.pt"
 
 
 def test_workflow_recipes_only_of_runs_that_use_it():
@@ -33,7 +35,7 @@ def test_workflow_recipes_only_of_runs_that_use_it():
             self.config = {"model": model}
 
     runs = {"a": Run({"pretrained": "digit_trunk", "digit_trunk": {"seed": 1}}), "b": Run({"pretrained": "standin"})}
-    assert workflow_recipes(runs) == {recipe_hash({"seed": 1}): resolve_recipe({"seed": 1})}
+    assert DIGIT_TRUNK.workflow_recipes(runs) == {DIGIT_TRUNK.hash({"seed": 1}): DIGIT_TRUNK.resolve({"seed": 1})}
 
 
 @pytest.mark.parametrize("canvas, size", [((32, 32), 32), ((64, 64), 64), ((84, 84), 32)])
@@ -52,9 +54,9 @@ def test_one_digit_somewhere_on_the_canvas(canvas, size):
 
 
 def test_pretrain_and_load(tmp_path):
-    path = weights_file(tmp_path, TINY)
+    path = DIGIT_TRUNK.weights_file(tmp_path, TINY)
     summary = pretrain(TINY, path, log=lambda s: None)
-    assert summary["hash"] == recipe_hash(TINY) and 0.0 <= summary["train_accuracy"] <= 1.0
+    assert summary["hash"] == DIGIT_TRUNK.hash(TINY) and 0.0 <= summary["train_accuracy"] <= 1.0
     model = build_model(backbone="tiny_cnn", backbone_kwargs=KW, embedding_size=8)
     load_digit_trunk(model, TINY, tmp_path, KW)
     saved = torch.load(path, weights_only=True)["trunk"]

@@ -9,7 +9,7 @@ import csv
 import pytest
 
 from dmlrepro.data.multidigit import expected_counts, prepared_dependencies
-from dmlrepro.digit_trunk_recipe import weights_file
+from dmlrepro.digit_trunk_recipe import DIGIT_TRUNK
 from dmlrepro.preflight.standin import data_source, missing_weights, weights_warning
 
 
@@ -30,7 +30,7 @@ def test_an_unbuilt_trunk_is_random_initialisation(tmp_path):
     model["weights_cache_dir"] = str(tmp_path)
     assert missing_weights(model) == "digit_trunk"
     assert "rule pretrain_digit_trunk" in weights_warning("digit_trunk")
-    weights_file(tmp_path, {"seed": 1}).write_bytes(b"")
+    DIGIT_TRUNK.weights_file(tmp_path, {"seed": 1}).write_bytes(b"")
     assert missing_weights(model) is None
 
 

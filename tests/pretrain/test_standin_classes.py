@@ -9,7 +9,7 @@ import yaml
 
 from dmlrepro.data.synthetic import DEFAULTS, class_keys, class_specs
 from dmlrepro.runs import resolve_runs
-from dmlrepro.standin_recipe import workflow_recipes
+from dmlrepro.standin_recipe import STANDIN
 
 
 def _run_class_params(runs):
@@ -44,7 +44,7 @@ def _overlap(recipe_classes, run_params):
 
 def test_standin_classes_are_disjoint_from_every_run_that_finetunes_it(standin_config):
     runs = resolve_runs(standin_config)
-    recipes = workflow_recipes(runs)
+    recipes = STANDIN.workflow_recipes(runs)
     params = _run_class_params(runs)
     assert len(recipes) == 1 and params  # one stand-in, fine-tuned by the synthetic runs
     standin_runs = [r for r in runs.values() if r.config["model"]["pretrained"] == "standin"]
@@ -59,7 +59,7 @@ def test_the_check_sees_a_shared_class(standin_config):
     bad = copy.deepcopy(standin_config)
     bad["datasets"]["synthetic"]["model"]["standin"]["classes"]["seed"] = 0
     runs = resolve_runs(bad)
-    (recipe,) = workflow_recipes(runs).values()
+    (recipe,) = STANDIN.workflow_recipes(runs).values()
     shared_keys, shared_specs = _overlap(recipe["classes"], _run_class_params(runs))
     assert (0, 0) in shared_keys and len(shared_specs) > 0
 

@@ -15,7 +15,7 @@ import yaml
 
 from dmlrepro.data.synthetic import DEFAULTS, class_specs
 from dmlrepro.runs import resolve_runs
-from dmlrepro.standin_recipe import RECIPE_DEFAULTS, workflow_recipes
+from dmlrepro.standin_recipe import RECIPE_DEFAULTS, STANDIN
 
 
 def _specs(params):
@@ -42,7 +42,7 @@ def _cue_overlap(config):
     run_specs = [
         _specs(r.config["dataset"]["params"]) for r in runs.values() if r.config["dataset"]["name"] == "synthetic"
     ]
-    recipes = list(workflow_recipes(runs).values())
+    recipes = list(STANDIN.workflow_recipes(runs).values())
     assert run_specs and recipes
     standin_specs = [_specs(recipe["classes"]) for recipe in recipes]
     return run_specs, standin_specs

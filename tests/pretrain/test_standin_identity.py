@@ -5,7 +5,7 @@ weights folder changes none."""
 import copy
 
 from dmlrepro.runs import config_hash, resolve_runs
-from dmlrepro.standin_recipe import recipe_hash, run_weights, with_folder, workflow_recipes
+from dmlrepro.standin_recipe import STANDIN
 
 EXPERIMENTS = ["pfml_table1", "rsw_fig10_toy"]  # synthetic runs (stand-in) and digits runs (from scratch)
 
@@ -33,16 +33,16 @@ def test_location_changes_no_id(standin_config):
 
 def test_weights_folder_is_not_identity_but_is_the_input(standin_config):
     runs = resolve_runs(standin_config, EXPERIMENTS)
-    ((digest, recipe),) = workflow_recipes(runs).items()
-    assert digest == recipe_hash(recipe)
+    ((digest, recipe),) = STANDIN.workflow_recipes(runs).items()
+    assert digest == STANDIN.hash(recipe)
     for run in runs.values():
-        a, b = with_folder(run.config, "/a/standin"), with_folder(run.config, "/b/standin")
+        a, b = STANDIN.with_folder(run.config, "/a/standin"), STANDIN.with_folder(run.config, "/b/standin")
         assert config_hash(a) == config_hash(b) == config_hash(run.config)
         if run.dataset == "synthetic":
-            assert run_weights(run.config, "/a/standin") == [f"/a/standin/standin-{digest}.pt"]
+            assert STANDIN.run_weights(run.config, "/a/standin") == [f"/a/standin/standin-{digest}.pt"]
             assert a["model"]["weights_cache_dir"] == "/a/standin"
         else:
-            assert run_weights(run.config, "/a/standin") == [] and a == run.config
+            assert STANDIN.run_weights(run.config, "/a/standin") == [] and a == run.config
 
 
 def test_run_config_checks_the_recipe():
@@ -68,9 +68,9 @@ def test_the_rules_output_pattern_names_the_file_a_run_loads(tmp_path, standin_c
     """Rule pretrain_standin's output (its wildcard filled with a recipe's hash) is the run's weights file."""
     from snakemake.io import apply_wildcards
 
-    from dmlrepro.standin_recipe import weights_file, weights_file_of_hash
-
-    recipe = next(iter(workflow_recipes(resolve_runs(standin_config, EXPERIMENTS)).values()))
-    pattern = str(weights_file_of_hash(tmp_path, "{standin}"))
-    filled = apply_wildcards(pattern, {"standin": recipe_hash(recipe)})
-    assert filled == str(weights_file(tmp_path, recipe)) and filled.endswith(f"standin-{recipe_hash(recipe)}.pt")
+    recipe = next(iter(STANDIN.workflow_recipes(resolve_runs(standin_config, EXPERIMENTS)).values()))
+    pattern = str(STANDIN.weights_file_of_hash(tmp_path, "{standin}"))
+    filled = apply_wildcards(pattern, {"standin": STANDIN.hash(recipe)})
+    assert filled == str(STANDIN.weights_file(tmp_path, recipe)) and filled.endswith(
+        f"standin-{STANDIN.hash(recipe)}.pt"
+    )

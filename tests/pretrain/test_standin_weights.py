@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from dmlrepro.models.standin import load_standin, pretrain
-from dmlrepro.standin_recipe import StandinError, recipe_hash, weights_file
+from dmlrepro.standin_recipe import STANDIN, StandinError
 from dmlrepro.train.config import resolve_run_config
 from dmlrepro.train.model_and_loss import build_run_model
 
@@ -16,7 +16,7 @@ RECIPE = {"classes": {"num_classes": 4, "images_per_class": 4, "size": 16}, "epo
 @pytest.fixture(scope="module")
 def cached(tmp_path_factory):
     folder = tmp_path_factory.mktemp("standin")
-    summary = pretrain(RECIPE, weights_file(folder, RECIPE), log=lambda *_: None)
+    summary = pretrain(RECIPE, STANDIN.weights_file(folder, RECIPE), log=lambda *_: None)
     return folder, summary
 
 
@@ -39,12 +39,12 @@ def _run_model(folder, recipe=RECIPE, **bn):
 
 def test_file_is_named_by_the_recipe_hash(cached):
     folder, summary = cached
-    assert (folder / f"standin-{summary['hash']}.pt").is_file() and summary["hash"] == recipe_hash(RECIPE)
+    assert (folder / f"standin-{summary['hash']}.pt").is_file() and summary["hash"] == STANDIN.hash(RECIPE)
 
 
 def test_a_finetuned_run_starts_from_the_cached_weights(cached):
     folder, _ = cached
-    saved = torch.load(weights_file(folder, RECIPE), weights_only=True)["trunk"]
+    saved = torch.load(STANDIN.weights_file(folder, RECIPE), weights_only=True)["trunk"]
     _, model = _run_model(folder)
     state = model.backbone.state_dict()
     assert set(state) == set(saved)
@@ -58,15 +58,15 @@ def test_a_finetuned_run_starts_from_the_cached_weights(cached):
 def test_pretraining_changed_the_trunk(cached):
     """The file holds trained weights: BN running statistics moved off their initial (0, 1)."""
     folder, _ = cached
-    saved = torch.load(weights_file(folder, RECIPE), weights_only=True)["trunk"]
+    saved = torch.load(STANDIN.weights_file(folder, RECIPE), weights_only=True)["trunk"]
     assert not torch.equal(saved["features.1.running_mean"], torch.zeros_like(saved["features.1.running_mean"]))
 
 
 def test_a_file_of_another_recipe_is_refused(cached, tmp_path):
     folder, _ = cached
     other = {**RECIPE, "seed": 5}
-    target = weights_file(tmp_path, other)
-    target.write_bytes(weights_file(folder, RECIPE).read_bytes())  # a file under the wrong name
+    target = STANDIN.weights_file(tmp_path, other)
+    target.write_bytes(STANDIN.weights_file(folder, RECIPE).read_bytes())  # a file under the wrong name
     with pytest.raises(StandinError, match="trained from recipe"):
         _run_model(tmp_path, other)
     with pytest.raises(StandinError, match="not found"):
@@ -87,9 +87,9 @@ NARROW = {"widths": [8, 16, 16], "strides": [2, 2, 2]}
 def test_recipe_backbone_kwargs_build_the_trunk_the_run_loads(tmp_path):
     """The recipe's backbone_kwargs shape the pretrained trunk; a run with the same kwargs loads it."""
     recipe = {**RECIPE, "backbone_kwargs": NARROW}
-    pretrain(recipe, weights_file(tmp_path, recipe), log=lambda *_: None)
-    saved = torch.load(weights_file(tmp_path, recipe), weights_only=True)["trunk"]
-    assert saved["features.0.weight"].shape[0] == 8 and recipe_hash(recipe) != recipe_hash(RECIPE)
+    pretrain(recipe, STANDIN.weights_file(tmp_path, recipe), log=lambda *_: None)
+    saved = torch.load(STANDIN.weights_file(tmp_path, recipe), weights_only=True)["trunk"]
+    assert saved["features.0.weight"].shape[0] == 8 and STANDIN.hash(recipe) != STANDIN.hash(RECIPE)
     cfg = resolve_run_config(
         {
             "model": {
@@ -113,7 +113,7 @@ def test_backbone_kwargs_other_than_the_recipes_are_refused(tmp_path):
     recipe = {**RECIPE, "backbone_kwargs": NARROW}
     with pytest.raises(ConfigError, match="model.standin.backbone_kwargs"):
         resolve_run_config({"model": {"backbone": "tiny_cnn", "pretrained": "standin", "standin": recipe}})
-    pretrain(recipe, weights_file(tmp_path, recipe), log=lambda *_: None)
+    pretrain(recipe, STANDIN.weights_file(tmp_path, recipe), log=lambda *_: None)
     with pytest.raises(StandinError, match="backbone_kwargs"):
         load_standin(build_model(backbone="tiny_cnn"), recipe, tmp_path)
 
@@ -130,7 +130,7 @@ def test_pretraining_runs_its_own_thread_count_and_restores_the_callers(tmp_path
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        pretrain(RECIPE, weights_file(tmp_path, RECIPE), log=lambda *_: None)
+        pretrain(RECIPE, STANDIN.weights_file(tmp_path, RECIPE), log=lambda *_: None)
         assert seen == [standin.PRETRAIN_THREADS] and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)

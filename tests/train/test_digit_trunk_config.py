@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dmlrepro.digit_trunk_recipe import RECIPE_DEFAULTS, run_weights, weights_file, with_folder
+from dmlrepro.digit_trunk_recipe import DIGIT_TRUNK, RECIPE_DEFAULTS
 from dmlrepro.runs import run_id_for
 from dmlrepro.train.config import ConfigError, resolve_run_config
 
@@ -31,7 +31,7 @@ def test_the_recipe_resolves_in_full_and_enters_the_run_id():
     assert _run_id(resolved) == _run_id(spelt_out)  # the defaults spelt out: the same run
     assert _run_id(resolved) != _run_id(_resolved(pretrained=False))
     # the folder the workflow adds is a location, not part of the run id
-    located = resolve_run_config(with_folder(resolved, "/elsewhere"))
+    located = resolve_run_config(DIGIT_TRUNK.with_folder(resolved, "/elsewhere"))
     assert located["model"]["weights_cache_dir"] == "/elsewhere" and _run_id(located) == _run_id(resolved)
 
 
@@ -61,5 +61,8 @@ def test_a_bad_recipe_is_a_one_line_config_error(model, message):
 
 def test_the_workflow_names_the_weights_file(tmp_path):
     resolved = _resolved(pretrained="digit_trunk", digit_trunk={"seed": 1})
-    assert run_weights(resolved, tmp_path) == [str(weights_file(tmp_path, {"seed": 1}))]
-    assert run_weights(_resolved(), tmp_path) == [] and with_folder(_resolved(), tmp_path) == _resolved()
+    assert DIGIT_TRUNK.run_weights(resolved, tmp_path) == [str(DIGIT_TRUNK.weights_file(tmp_path, {"seed": 1}))]
+    assert (
+        DIGIT_TRUNK.run_weights(_resolved(), tmp_path) == []
+        and DIGIT_TRUNK.with_folder(_resolved(), tmp_path) == _resolved()
+    )

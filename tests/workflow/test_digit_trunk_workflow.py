@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dmlrepro.digit_trunk_recipe import recipe_hash, resolve_recipe
+from dmlrepro.digit_trunk_recipe import DIGIT_TRUNK
 
 # about 30 s on 2 cores at 1 torch thread (the trunk's pretraining always uses 2)
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -34,8 +34,8 @@ def snakemake(workdir: Path, *args: str, config: Path = CONFIG) -> str:
 
 def test_a_run_fine_tunes_from_the_digit_trunk(tmp_path):
     snakemake(tmp_path)
-    recipe = resolve_recipe(yaml.safe_load(CONFIG.read_text())["defaults"]["model"]["digit_trunk"])
-    weights = tmp_path / "results" / "standin" / f"digits-{recipe_hash(recipe)}.pt"
+    recipe = DIGIT_TRUNK.resolve(yaml.safe_load(CONFIG.read_text())["defaults"]["model"]["digit_trunk"])
+    weights = tmp_path / "results" / "standin" / f"digits-{DIGIT_TRUNK.hash(recipe)}.pt"
     assert sorted(p.name for p in weights.parent.iterdir()) == [weights.name]  # pretrained once
     (run,) = (tmp_path / "results" / "runs").iterdir()
     config = yaml.safe_load((run / "config.yaml").read_text())

@@ -1,29 +1,35 @@
 # The ImageNet stand-in (docs/miniature.md): the miniature's backbone pretrained once per recipe by
 # softmax classification on generated classes no run uses, content-addressed by the recipe's hash;
 # runs with model.pretrained: standin fine-tune from it (rule train and checkpoint search take the
-# file as input: run_weights; their run config gets its folder: with_folder, not part of the run id).
-from dmlrepro.standin_recipe import (
-    run_weights,
-    weights_file_of_hash,
-    with_folder,
-    workflow_recipes,
-)
-
+# file as input: trunk_weights; their run config gets its folder: with_trunk_folder, not part of the run id).
+from dmlrepro.standin_recipe import STANDIN as STANDIN_TRUNK
 from dmlrepro.digit_trunk_recipe import (
+    DIGIT_TRUNK,
     prepared_inputs as digit_trunk_inputs,
-    run_weights as digit_run_weights,
-    with_folder as digit_with_folder,
-    weights_file_of_hash as digit_weights_of_hash,
-    workflow_recipes as digit_recipes,
 )
 
-STANDIN = LAYOUT.standin_dir()
-STANDIN_RECIPES = workflow_recipes(TABLE.all_trained())  # recipe hash -> recipe
+STANDIN = LAYOUT.standin_dir()  # the folder of both trunks' weights
+STANDIN_RECIPES = STANDIN_TRUNK.workflow_recipes(
+    TABLE.all_trained()
+)  # recipe hash -> recipe
+
+
+def trunk_weights(config):
+    """The pretrained trunk's weights file a run config starts from ([] for the others): a job's input."""
+    return [
+        *STANDIN_TRUNK.run_weights(config, STANDIN),
+        *DIGIT_TRUNK.run_weights(config, STANDIN),
+    ]
+
+
+def with_trunk_folder(config):
+    """The run config with the trunks' folder as model.weights_cache_dir (a location, not part of the run id)."""
+    return DIGIT_TRUNK.with_folder(STANDIN_TRUNK.with_folder(config, STANDIN), STANDIN)
 
 
 rule pretrain_standin:
     output:
-        weights=str(weights_file_of_hash(STANDIN, "{standin}")),
+        weights=str(STANDIN_TRUNK.weights_file_of_hash(STANDIN, "{standin}")),
     log:
         LAYOUT.log("pretrain_standin", "{standin}"),
     # first when it is ready: every fine-tuning run waits for it (docs/workflow.md#scheduling)
@@ -41,7 +47,9 @@ rule pretrain_standin:
 # ImageNet stand-in, pretrained once per recipe on the dataset's training digits only (MNIST's read
 # from the prepared double_mnist / triple_mnist; scikit-learn's need no input), content-addressed;
 # runs with model.pretrained: digit_trunk take it as input and get its folder as the stand-in's.
-DIGIT_RECIPES = digit_recipes(TABLE.all_trained())  # recipe hash -> recipe
+DIGIT_RECIPES = DIGIT_TRUNK.workflow_recipes(
+    TABLE.all_trained()
+)  # recipe hash -> recipe
 
 
 rule pretrain_digit_trunk:
@@ -51,7 +59,7 @@ rule pretrain_digit_trunk:
             for name in digit_trunk_inputs(DIGIT_RECIPES[wildcards.digits])
         ],
     output:
-        weights=str(digit_weights_of_hash(STANDIN, "{digits}")),
+        weights=str(DIGIT_TRUNK.weights_file_of_hash(STANDIN, "{digits}")),
     log:
         LAYOUT.log("pretrain_digit_trunk", "{digits}"),
     priority: 10

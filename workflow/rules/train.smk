@@ -1,10 +1,7 @@
 rule train:
     input:
         unpack(run_inputs),
-        standin=lambda wildcards: run_weights(trained_run(wildcards).config, STANDIN),  # workflow/rules/pretrain.smk
-        digit_trunk=lambda wildcards: digit_run_weights(
-            trained_run(wildcards).config, STANDIN
-        ),
+        trunk=lambda wildcards: trunk_weights(trained_run(wildcards).config),  # workflow/rules/pretrain.smk
     output:
         metrics=LAYOUT.run_file("{run}", RunDir.METRICS),
         train_log=LAYOUT.run_file("{run}", RunDir.TRAIN_LOG),
@@ -19,9 +16,7 @@ rule train:
         slurm_extra=train_resource("slurm_extra"),
     params:
         config=lambda wildcards: canonical(
-            digit_with_folder(
-                with_folder(wildcard_run(wildcards).config, STANDIN), STANDIN
-            )
+            with_trunk_folder(wildcard_run(wildcards).config)
         ),
         data_root=DATA,
     message:
@@ -34,10 +29,7 @@ rule train:
 checkpoint search:
     input:
         unpack(run_inputs),
-        standin=lambda wildcards: run_weights(trained_run(wildcards).config, STANDIN),  # workflow/rules/pretrain.smk
-        digit_trunk=lambda wildcards: digit_run_weights(
-            trained_run(wildcards).config, STANDIN
-        ),
+        trunk=lambda wildcards: trunk_weights(trained_run(wildcards).config),  # workflow/rules/pretrain.smk
     output:
         trials=LAYOUT.search_file("{search}", TRIALS_CSV),
         best=LAYOUT.search_file("{search}", BEST_JSON),
@@ -52,9 +44,7 @@ checkpoint search:
         slurm_extra=train_resource("slurm_extra"),
     params:
         config=lambda wildcards: canonical(
-            digit_with_folder(
-                with_folder(wildcard_search(wildcards).config, STANDIN), STANDIN
-            )
+            with_trunk_folder(wildcard_search(wildcards).config)
         ),
         search=search_spec,
         data_root=DATA,

@@ -27,10 +27,10 @@ from dmlrepro.data.multidigit import (
 )
 from dmlrepro.data.prepared import is_prepared
 from dmlrepro.data.registry import EMBEDDED
-from dmlrepro.digit_trunk_recipe import PRETRAINED as DIGIT_TRUNK, weights_file as digit_trunk_file
+from dmlrepro.digit_trunk_recipe import DIGIT_TRUNK
 from dmlrepro.models import get_backbone_spec, resolve_backbone_name
 from dmlrepro.models.weights import default_cache_dir, fetch_command, weight_path
-from dmlrepro.standin_recipe import weights_file
+from dmlrepro.standin_recipe import STANDIN
 
 #: distinct stand-in image files per dataset (each listed many times by the manifest)
 DISTINCT_IMAGES = 8
@@ -122,15 +122,10 @@ def missing_weights(mcfg: dict[str, Any]) -> str | None:
     pretrained = mcfg.get("pretrained")
     if not pretrained:
         return None
-    if pretrained == "standin":  # the miniature's ImageNet stand-in, built by rule pretrain_standin (docs/miniature.md)
-        return (
-            None
-            if weights_file(mcfg.get("weights_cache_dir") or default_cache_dir(), mcfg.get("standin")).is_file()
-            else "standin"
-        )
-    if pretrained == DIGIT_TRUNK:  # built by rule pretrain_digit_trunk (docs/models.md#the-digit-pretrained-trunk)
-        folder = mcfg.get("weights_cache_dir") or default_cache_dir()
-        return None if digit_trunk_file(folder, mcfg.get("digit_trunk")).is_file() else DIGIT_TRUNK
+    for trunk in (STANDIN, DIGIT_TRUNK):  # built by rules pretrain_standin / pretrain_digit_trunk (docs/models.md)
+        if pretrained == trunk.key:
+            folder = mcfg.get("weights_cache_dir") or default_cache_dir()
+            return None if trunk.weights_file(folder, mcfg.get(trunk.key)).is_file() else trunk.key
     name = (
         get_backbone_spec(resolve_backbone_name(str(mcfg["backbone"]))).default_weights
         if pretrained is True
@@ -143,17 +138,12 @@ def missing_weights(mcfg: dict[str, Any]) -> str | None:
 
 def weights_warning(name: str, cache_dir: str | None = None) -> str:
     """The one line printed per missing weight file."""
-    if name == "standin":
-        return (
-            "warning: the ImageNet stand-in is not built yet (rule pretrain_standin): "
-            "the preflight uses random initialisation"
-        )
-    if name == DIGIT_TRUNK:
-        return (
-            "warning: the digit-pretrained trunk is not built yet (rule pretrain_digit_trunk): "
-            "the preflight uses random initialisation"
-        )
-
+    for trunk in (STANDIN, DIGIT_TRUNK):
+        if name == trunk.key:
+            return (
+                f"warning: the {trunk.title} is not built yet (rule pretrain_{trunk.key}): "
+                "the preflight uses random initialisation"
+            )
     return (
         f"warning: pretrained weights {name!r} are not in the cache ({weight_path(name, cache_dir)}): "
         f"the preflight uses random initialisation; fetch them with `{fetch_command(name, cache_dir)}`"
