@@ -1,7 +1,8 @@
 # The ImageNet stand-in (docs/miniature.md): the miniature's backbone pretrained once per recipe by
 # softmax classification on generated classes no run uses, content-addressed by the recipe's hash;
 # runs with model.pretrained: standin fine-tune from it (rule train and checkpoint search take the
-# file as input: trunk_weights; their run config gets its folder: with_trunk_folder, not part of the run id).
+# file as input: trunk_weights; their run config gets its folder: with_trunk_folder, not part of the run id;
+# both in rules/common.smk).
 from dmlrepro.standin_recipe import STANDIN as STANDIN_TRUNK
 from dmlrepro.digit_trunk_recipe import (
     DIGIT_TRUNK,
@@ -12,19 +13,6 @@ STANDIN = LAYOUT.standin_dir()  # the folder of both trunks' weights
 STANDIN_RECIPES = STANDIN_TRUNK.workflow_recipes(
     TABLE.all_trained()
 )  # recipe hash -> recipe
-
-
-def trunk_weights(config):
-    """The pretrained trunk's weights file a run config starts from ([] for the others): a job's input."""
-    return [
-        *STANDIN_TRUNK.run_weights(config, STANDIN),
-        *DIGIT_TRUNK.run_weights(config, STANDIN),
-    ]
-
-
-def with_trunk_folder(config):
-    """The run config with the trunks' folder as model.weights_cache_dir (a location, not part of the run id)."""
-    return DIGIT_TRUNK.with_folder(STANDIN_TRUNK.with_folder(config, STANDIN), STANDIN)
 
 
 rule pretrain_standin:
