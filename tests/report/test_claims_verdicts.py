@@ -3,6 +3,7 @@ tuning, every side converged, >= 5 seeds, a sensitivity set that does not change
 passing), else "not reproduced"; "recipe-sensitive (PFML-R4)" when an alternative of a consequential reading
 changes the tests' verdict. Fabricated per-seed tables."""
 
+import copy
 from pathlib import Path
 
 import pandas as pd
@@ -13,6 +14,7 @@ from dmlrepro.report.claims import (
     HOLDS,
     NOT_REPRODUCED,
     RECIPE_SENSITIVE,
+    check_claims,
     claims_record,
     evaluate_claim,
     load_check_ranges,
@@ -33,15 +35,24 @@ def _table(cells, early_stopped=1.0):
     return pd.DataFrame(rows)
 
 
+#: equal tuning: both sides' final runs after one search budget (experiment "tuned")
+TUNED = {
+    "reading": "pfml-r22",
+    "label": "equal tuning",
+    "tuned": True,
+    "cells": {"a": {"experiment": "tuned", "method": "ma"}, "b": {"experiment": "tuned", "method": "mb"}},
+}
+
+
 def _claim(**scale):
     cells = {"a": {"experiment": "exp", "method": "ma"}, "b": {"experiment": "exp", "method": "mb"}}
     spec = {
         "datasets": ["synthetic"],
         "cells": cells,
         "checks": [{"check": "validation_plateau"}],
-        "equal_tuning": True,
         "sensitivity": [
-            {"reading": "pfml-r4", "label": "no clipping", "cells": {"a": {"experiment": "alt", "method": "ma"}}}
+            {"reading": "pfml-r4", "label": "no clipping", "cells": {"a": {"experiment": "alt", "method": "ma"}}},
+            copy.deepcopy(TUNED),
         ],
     }
     spec.update(scale)
@@ -59,10 +70,11 @@ def _claim(**scale):
     }
 
 
-def _tables(alt=A_LOW, seeds=5, early_stopped=1.0):
+def _tables(alt=A_LOW, seeds=5, early_stopped=1.0, tuned=A_LOW):
     return {
         "exp": _table({"ma": A_LOW[:seeds], "mb": B_HIGH[:seeds]}, early_stopped),
         "alt": _table({"ma": alt[:seeds]}),
+        "tuned": _table({"ma": tuned, "mb": B_HIGH[: len(tuned)]}),
     }
 
 
@@ -75,7 +87,8 @@ def test_a_contradiction_with_every_condition_met_is_contradicted():
 @pytest.mark.parametrize(
     "claim, tables, unmet",
     [
-        ({"equal_tuning": False}, {}, "equal tuning"),
+        ({"sensitivity": [_claim()["scales"]["faithful"]["sensitivity"][0]]}, {}, "equal tuning"),  # none declared
+        ({}, {"tuned": []}, "equal tuning"),  # declared, not run
         ({}, {"early_stopped": 0.0}, "every side converged"),  # the cap ended the runs
         ({"checks": []}, {}, "every side converged"),  # nothing checked it
         ({}, {"seeds": 3}, ">= 5 seeds (3)"),
@@ -95,7 +108,8 @@ def test_an_alternative_that_changes_the_verdict_makes_the_claim_recipe_sensitiv
     alt_high = [0.70, 0.72, 0.71, 0.73, 0.69]
     found = evaluate_claim(_claim(), "faithful", _tables(alt=alt_high), RANGES)
     assert found["verdict"] == RECIPE_SENSITIVE and found["sensitive_to"] == ["PFML-R4"]
-    (alternative,) = found["sensitivity"]
+    alternative, tuned = found["sensitivity"]
+    assert tuned["tuned"] and tuned["test_verdict"] == CONTRADICTED
     assert alternative["test_verdict"] == HOLDS and alternative["comparisons"][0]["delta"] == pytest.approx(10.0)
     record = claims_record({"scale": "faithful", "alpha": 0.05, "counts": {}, "claims": [{**_claim(), **found}]})
     assert record["claims"][0]["sensitive_to"] == ["PFML-R4"]
@@ -117,16 +131,45 @@ def test_an_alternative_that_only_loses_significance_is_recipe_sensitive_too():
     ],
 )
 def test_check_claims_names_a_bad_sensitivity_entry(alternative, message):
-    from dmlrepro.report.claims import check_claims
-
     claim = _claim()
     claim["scales"]["faithful"]["sensitivity"][0].update(alternative)
-    config = {
+    check_claims([_claim()], _config(), "faithful")  # the good one passes
+    with pytest.raises(ValueError, match=message):
+        check_claims([claim], _config(), "faithful")
+
+
+def _config(**tuned):
+    experiment = {"methods": ["ma", "mb"], "datasets": ["synthetic"], "metrics": ["recall@1"]}
+    search = {"space": {}, "method_space": {"ma": {"x": {}}, "mb": {"y": {}}}, "trials": 12, "folds": [0]}
+    return {
         "experiments": {
-            name: {"methods": ["ma", "mb"], "datasets": ["synthetic"], "metrics": ["recall@1"]}
-            for name in ("exp", "alt")
+            "exp": experiment,
+            "alt": experiment,
+            "tuned": {**experiment, "search": search, "final": {"seeds": [0, 1, 2, 3, 4]}, **tuned},
+            "tuned_longer": {**experiment, "search": {**search, "trials": 24}, "final": {"seeds": [0]}},
         }
     }
-    check_claims([_claim()], config, "faithful")  # the good one passes
+
+
+ONE_SIDE = {"b": {"experiment": "tuned", "method": "mb"}}
+UNEQUAL = {"a": {"experiment": "tuned", "method": "ma"}, "b": {"experiment": "tuned_longer", "method": "mb"}}
+NO_SPACE_B = {"search": {"space": {}, "method_space": {"ma": {"x": {}}}, "trials": 12, "folds": [0]}}
+
+
+@pytest.mark.parametrize(
+    "cells, config, message",
+    [
+        (ONE_SIDE, {}, r"names every side \(\[.a., .b.\]\), not \[.b.\]"),
+        (None, {"search": None}, r"experiment tuned has no search and final stage"),
+        (None, {"final": None}, r"experiment tuned has no search and final stage"),
+        (None, NO_SPACE_B, "searches nothing of mb"),
+        (UNEQUAL, {}, r"differ in budget \(trials, folds\)"),
+    ],
+)
+def test_check_claims_refuses_a_tuned_alternative_without_equal_budgets(cells, config, message):
+    """Equal tuning is checked, not declared: every side searched, with one budget."""
+    claim = _claim()
+    if cells is not None:
+        claim["scales"]["faithful"]["sensitivity"][1]["cells"] = cells
     with pytest.raises(ValueError, match=message):
-        check_claims([claim], config, "faithful")
+        check_claims([claim], _config(**config), "faithful")

@@ -143,6 +143,26 @@ def check_claims(claims: Sequence[Mapping], config: Mapping, scale: str) -> None
                 if side not in spec["cells"]:
                     raise ValueError(f"{at}.cells: {side!r} has no cell at scale {scale} ({sorted(spec['cells'])})")
                 _check_cell(f"{at}.cells.{side}", cell, config, spec["datasets"], _metrics(claim, scale))
+            if alternative.get("tuned"):
+                _check_equal_tuning(at, spec["cells"], alternative["cells"], config)
+
+
+def _check_equal_tuning(where: str, sides: Mapping, cells: Mapping, config: Mapping) -> None:
+    """A `tuned` alternative: every side's cell is a search experiment's final runs, its method's open
+    hyperparameters searched, with one budget (trials, folds) for all sides (docs/report.md#verdicts)."""
+    if set(cells) != set(sides):
+        raise ValueError(f"{where}.cells: a tuned alternative names every side ({sorted(sides)}), not {sorted(cells)}")
+    budgets = set()
+    for side, cell in cells.items():
+        for name in _experiments(cell):
+            search = config["experiments"][name].get("search")
+            if not search or not config["experiments"][name].get("final"):
+                raise ValueError(f"{where}.cells.{side}: experiment {name} has no search and final stage to tune it")
+            if not ((search.get("method_space") or {}).get(cell["method"]) or search.get("space")):
+                raise ValueError(f"{where}.cells.{side}: experiment {name} searches nothing of {cell['method']}")
+            budgets.add((search["trials"], tuple(search["folds"])))
+    if len(budgets) > 1:
+        raise ValueError(f"{where}: the sides' searches differ in budget (trials, folds): {sorted(budgets)}")
 
 
 def _check_gate(where: str, claim: Mapping, scale: str, entry: Mapping, config: Mapping) -> None:
@@ -362,6 +382,7 @@ def sensitivity_results(claim: Mapping, scale: str, tables: Mapping[str, pd.Data
             {
                 "reading": alternative["reading"].upper(),
                 "label": alternative["label"],
+                "tuned": bool(alternative.get("tuned")),
                 "test_verdict": claim_verdict(r["verdict"] for r in rows) if ran else None,
                 "comparisons": [
                     {k: r[k] for k in ("dataset", "metric", "better", "worse", "delta", "p", "verdict")} for r in rows
@@ -377,8 +398,8 @@ def contradiction_unmet(
     """The conditions a contradiction needs that these runs do not meet (docs/report.md#verdicts)."""
     spec = (claim.get("scales") or {}).get(scale) or {}
     unmet = []
-    if not spec.get("equal_tuning"):
-        unmet.append("equal tuning (no search with the same budget for both sides)")
+    if not any(s["tuned"] and s["test_verdict"] is not None for s in sensitivity):
+        unmet.append("equal tuning (no tuned alternative run: the same search budget for every side)")
     sides = {claim["sides"][side] for side in spec.get("cells") or {}}
     converged = {c["target"] for c in checks if c["name"] == "validation_plateau" and c["pass"]}
     if not sides <= converged:
