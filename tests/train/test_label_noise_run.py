@@ -8,7 +8,7 @@ import pytest
 from dmlrepro.data.label_noise import label_noise_path
 from dmlrepro.train import ConfigError, resolve_run_config, train_run
 from dmlrepro.train.model_and_loss import build_run_model
-from dmlrepro.train.run_data import build_datasets, open_manifest
+from dmlrepro.train.run_data import build_datasets, build_train_eval, build_validation, open_manifest
 
 
 def train_set(cfg):
@@ -34,6 +34,20 @@ def test_every_method_sees_the_same_noise_and_another_seed_differs(tiny):
     _, other = train_set(tiny(dataset__label_noise={"rate": 0.2, "seed": 2}))
     assert np.array_equal(pfml.labels, anchor.labels)
     assert not np.array_equal(pfml.labels, other.labels)
+
+
+def test_with_a_validation_split_only_the_training_classes_are_corrupted_and_measured(tiny):
+    """A held-out class never receives a noisy label (it would become a class of the run's proxies), and
+    the proxy measures (W₂) embed the labels the run trains on."""
+    noise = {"rate": 0.2, "seed": 1}
+    cfg = resolve_run_config(tiny(dataset__label_noise=noise, validation={"split": "fold", "n_folds": 5, "fold": 4}))
+    manifest, model = open_manifest(cfg["dataset"]), build_run_model(cfg)
+    train, _, labelmap = build_datasets(cfg["dataset"], manifest, model, cfg["validation"])
+    held_out = set(build_validation(cfg["dataset"], cfg["validation"], manifest, model).true_labels)
+    assert held_out and not held_out & set(train.labels)
+    assert (train.labels != train.true_labels).sum() == round(0.2 * len(train))
+    measured = build_train_eval(cfg["dataset"], manifest, model, train.rows)
+    assert np.array_equal(measured.labels, train.labels) and len(labelmap) == len(set(train.true_labels))
 
 
 @pytest.mark.slow

@@ -120,10 +120,14 @@ def trained_run(wildcards):
 
 
 def run_inputs(wildcards):
-    """The prepared dataset, and the seeded noisy labels when the run asks for label noise."""
-    dataset = trained_run(wildcards).config["dataset"]
+    """The prepared dataset, and the seeded noisy labels of the whole training split when the
+    run asks for label noise (a run with a validation split corrupts its own training rows).
+    """
+    config = trained_run(wildcards).config
+    dataset = config["dataset"]
     inputs = {"manifest": LAYOUT.manifest(dataset["name"])}
-    if dataset["label_noise"] is not None:
+    held_out = (config.get("validation") or {}).get("split") is not None
+    if dataset["label_noise"] is not None and not held_out:
         inputs["label_noise"] = str(label_noise_path({**dataset, "root": DATA}))
     return inputs
 

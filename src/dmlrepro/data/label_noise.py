@@ -3,8 +3,9 @@
 ``round(rate * n)`` training samples, chosen uniformly without replacement, get a new label drawn
 uniformly from the *other* training classes (``mode="other"``, the reading) or from all
 training classes (``mode="any"``). The draw depends only on the
-training rows of the manifest (in file order), ``seed``, ``rate`` and ``mode`` — so every method
-at a given seed sees the same corrupted file.
+training rows of the manifest (in file order; a run with a class-disjoint validation split: its
+training rows only), ``seed``, ``rate`` and ``mode`` — so every method at a given seed sees the same
+corrupted file.
 
 File format (CSV, one row per training image, manifest order): ``path,label,noisy_label``.
 """
@@ -12,6 +13,7 @@ File format (CSV, one row per training image, manifest order): ``path,label,nois
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import os
 from collections.abc import Mapping, Sequence
@@ -51,10 +53,15 @@ def corrupt_labels(
     return noisy
 
 
-def label_noise_path(dataset_cfg: Mapping[str, Any]) -> Path:
-    """Where the seeded noisy labels of a run's `dataset.label_noise` live: beside the dataset's manifest."""
+def label_noise_path(dataset_cfg: Mapping[str, Any], rows: Sequence[int] | None = None) -> Path:
+    """Where the seeded noisy labels of a run's `dataset.label_noise` live: beside the dataset's manifest;
+    over a subset of the training rows (`rows`: a validation split's training rows), named by their digest."""
     n = dataset_cfg["label_noise"]
-    return label_noise_file(dataset_cfg["root"], dataset_cfg["name"], f"{n['rate']:g}", n["seed"], n["mode"])
+    path = label_noise_file(dataset_cfg["root"], dataset_cfg["name"], f"{n['rate']:g}", n["seed"], n["mode"])
+    if rows is None:
+        return path
+    digest = hashlib.sha256(np.asarray(rows, dtype=np.int64).tobytes()).hexdigest()[:10]
+    return path.with_name(f"{path.stem}_rows{digest}.csv")
 
 
 def label_noise_file(root: str | os.PathLike, dataset: str, rate: str, seed: Any, mode: str) -> Path:
@@ -70,12 +77,19 @@ def write_noisy_labels(
     rate: float = 0.2,
     mode: Literal["other", "any"] = "other",
     split: str = "train",
+    rows: Sequence[int] | None = None,
 ) -> Path:
-    """Write the corrupted-label file for the ``split`` rows of a manifest (atomically)."""
+    """Write the corrupted-label file for the ``split`` rows of a manifest, or for its `rows` only (a
+    class-disjoint validation's training rows: no label moves to a held-out class), atomically."""
     m = manifest if isinstance(manifest, Manifest) else read_manifest(manifest)
     idx = m.indices(split)
     if not len(idx):
         raise ManifestError(f"{m.source}: no rows with split {split!r} to corrupt")
+    if rows is not None:
+        outside = np.setdiff1d(rows, idx)
+        if len(outside):
+            raise ManifestError(f"{m.source}: rows {outside[:3].tolist()} are not {split!r} rows")
+        idx = np.asarray(rows, dtype=np.int64)
     labels = m.labels[idx]
     noisy = corrupt_labels(labels, seed, rate, mode)
     buf = io.StringIO()

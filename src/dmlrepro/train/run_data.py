@@ -112,15 +112,17 @@ class LabelMap:
         return self.table.to(labels.device)[labels]
 
 
-def noisy_labels(dataset_cfg: dict[str, Any], manifest) -> str | None:
-    """The noisy-label file of the run, written first if missing (deterministic, atomic), or None."""
+def noisy_labels(dataset_cfg: dict[str, Any], manifest, rows=None) -> str | None:
+    """The noisy-label file of the run, written first if missing (deterministic, atomic), or None;
+    `rows`: the training rows of a validation split, the only rows corrupted (PFML Table 2 corrupts
+    the labels a run trains on, never into a held-out class)."""
     if dataset_cfg["label_noise"] is None:
         return dataset_cfg["label_noise_file"]
-    path = label_noise_path(dataset_cfg)
+    path = label_noise_path(dataset_cfg, rows)
     if not path.is_file():
         n = dataset_cfg["label_noise"]
         write_noisy_labels(
-            manifest, path, seed=n["seed"], rate=n["rate"], mode=n["mode"], split=dataset_cfg["train_split"]
+            manifest, path, seed=n["seed"], rate=n["rate"], mode=n["mode"], split=dataset_cfg["train_split"], rows=rows
         )
     return str(path)
 
@@ -150,12 +152,13 @@ def build_datasets(dataset_cfg: dict[str, Any], manifest, model, validation_cfg:
     training classes (the validation set is :func:`build_validation`'s)."""
     train_tf, test_tf = build_transforms(dataset_cfg, model)
     rows = validation_rows(validation_cfg, manifest)
+    train_rows = None if rows is None else rows[0]
     train = ManifestDataset(
         manifest,
         split=dataset_cfg["train_split"],
-        indices=None if rows is None else rows[0],
+        indices=train_rows,
         transform=train_tf,
-        label_override=noisy_labels(dataset_cfg, manifest),
+        label_override=noisy_labels(dataset_cfg, manifest, train_rows),
         cache_images=dataset_cfg.get("cache_images", False),
     )
     test = ManifestDataset(
@@ -187,12 +190,14 @@ def build_gallery(dataset_cfg: dict[str, Any], manifest, model):
 
 
 def build_train_eval(dataset_cfg: dict[str, Any], manifest, model, rows=None):
-    """The training split (or its `rows`) with the eval transform (no augmentation), for proxy–data measures."""
+    """The training split (or its `rows`) with the eval transform (no augmentation) and the labels the
+    run trains on (its noisy ones under label noise: the proxies' classes), for proxy–data measures."""
     return ManifestDataset(
         manifest,
         split=dataset_cfg["train_split"],
         indices=rows,
         transform=build_transforms(dataset_cfg, model)[1],
+        label_override=noisy_labels(dataset_cfg, manifest, rows),
         cache_images=dataset_cfg.get("cache_images", False),
     )
 
