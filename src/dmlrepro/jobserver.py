@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from dmlrepro import gpu_slots
+from dmlrepro.run_failures import EXIT_INTERRUPTED
 from dmlrepro.steplog import log_to
 
 __all__ = ["ENTRY_POINTS", "JOBSERVER_ENV", "PRELOAD", "Server", "run_job", "start", "stop", "serve"]
@@ -241,7 +242,13 @@ def _call_logged(
     with log_to(log), thread_budget(threads), gpu_slots.announced():
         if server is not None:
             print(f"dmlrepro job server: forked from server {server} (docs/workflow.md#job-server)")
-        function(*args, **kwargs)
+        try:
+            function(*args, **kwargs)
+        except Exception as error:  # a run stopped on a signal, its checkpoint written: exit 75, to be resumed
+            if type(error).__name__ != "RunInterrupted":  # dmlrepro.train.preemption (torch: not imported here)
+                raise
+            print(error)
+            raise SystemExit(EXIT_INTERRUPTED) from error
 
 
 #: the variables an OpenMP or BLAS library reads when it loads

@@ -43,8 +43,11 @@ def pools(path):
                    "loaded": sorted({p["num_threads"] for p in threadpool_info()})}, f)
 def unlisted(path):  # importable by the server, but not one of its entry points
     open(path, "w").close()
-def sleep_forever(path):  # as the engine does: SIGTERM -> exit 75 (checkpoint, then retry)
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(75))
+def sleep_forever(path):  # as the engine does: SIGTERM -> a checkpoint, then RunInterrupted (exit 75, retry)
+    from dmlrepro.train.preemption import RunInterrupted
+    def stop(signum, frame):
+        raise RunInterrupted(signum, "ckpt.pt")
+    signal.signal(signal.SIGTERM, stop)
     with open(path, "w") as f:
         f.write(str(os.getpid()))
     time.sleep(600)
@@ -135,6 +138,32 @@ def test_without_a_server_the_job_runs_in_its_own_process(tmp_path, monkeypatch)
     job = _job(tmp_path, "'jobtargets:record', 'out.json', word='alone', log='job.log'")
     assert job.wait(timeout=60) == 0
     assert json.loads((tmp_path / "out.json").read_text())["pid"] == job.pid
+
+
+@pytest.mark.parametrize("served", [True, False])
+def test_a_run_stopped_on_sigterm_exits_75_and_is_no_failure(tmp_path, monkeypatch, served):
+    """The engine's RunInterrupted (checkpoint written) becomes exit 75, served or not, and the workflow's
+    failure record (dmlrepro.run_failures) stays unwritten: the run resumes, it did not fail."""
+    handle = _serve(tmp_path, monkeypatch) if served else None
+    if not served:
+        (tmp_path / "jobtargets.py").write_text(TARGETS)
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+        monkeypatch.delenv(jobserver.JOBSERVER_ENV, raising=False)
+    code = (
+        "from dmlrepro.jobserver import run_job\nfrom dmlrepro.run_failures import recorded_failure\n"
+        "with recorded_failure('failed.json', 'job.log'):\n"
+        "    run_job('jobtargets:sleep_forever', 'pid.txt', log='job.log')"
+    )
+    job = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    try:
+        _child_pid(tmp_path / "pid.txt")
+        job.send_signal(signal.SIGTERM)
+        assert job.wait(timeout=30) == 75, job.stderr.read()
+        assert not (tmp_path / "failed.json").exists()
+        assert "stopped on SIGTERM; checkpoint ckpt.pt" in (tmp_path / "job.log").read_text()
+    finally:
+        if handle is not None:
+            jobserver.stop(handle)
 
 
 def _gone(pid: int, timeout: float = 10.0) -> bool:
