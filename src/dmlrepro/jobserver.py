@@ -204,6 +204,14 @@ def _run_remote(conn: socket.socket, payload: bytes, locks: list[int]) -> int:
     """Send the request, this process's stdin/stdout/stderr and its GPU slots' ``locks``; forward
     SIGTERM/SIGINT to the child; return its exit status. A refusal exits with its reason."""
     global child_cpu_seconds
+    child: list[int] = []  # its pid, once the server sends it; signals before that wait in `pending`
+    pending: list[int] = []
+
+    def forward(signum, frame):
+        os.kill(child[0], signum) if child else pending.append(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(signum, forward)  # before the request: a signal while the child starts is not lost
     with contextlib.suppress(OSError):  # a server that refuses hangs up without reading: its answer is below
         socket.send_fds(conn, [_SIZE.pack(len(payload))], [0, 1, 2, *locks])
         conn.sendall(payload)
@@ -217,9 +225,9 @@ def _run_remote(conn: socket.socket, payload: bytes, locks: list[int]) -> int:
             f"dmlrepro job server: the server at {os.environ.get(JOBSERVER_ENV)} closed the connection "
             f"({e}); docs/workflow.md#job-server"
         )
-    forward = lambda signum, frame: os.kill(pid, signum)  # noqa: E731
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(signum, forward)
+    child.append(pid)
+    for signum in pending:
+        os.kill(pid, signum)
     status, child_cpu_seconds = _RESULT.unpack(_recv_exact(conn, _RESULT.size))
     return status
 
