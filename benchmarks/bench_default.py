@@ -1,6 +1,6 @@
 """Where the embedded default's time goes: runs ``snakemake --cores N`` on a copy of this checkout
-(the tracked and untracked, not ignored files: what a fresh clone holds, so data, stand-in and runs
-are made anew) and reports CPU seconds (user + system) by job kind.
+(the tracked and untracked, not ignored files: what a fresh clone holds, so data, the digit trunk and
+runs are made anew) and reports CPU seconds (user + system) by job kind.
 
 Every Python job (and Snakemake itself) writes its own CPU time (``getrusage``: the process and its
 waited-for children, e.g. DataLoader workers) at exit through a ``sitecustomize`` put first on the
@@ -62,7 +62,7 @@ def copy_checkout(dest: Path) -> None:
 
 
 def job_kind(record: dict) -> str:
-    """train:<method> (the run id's first field), search, pretrain_standin, ... or snakemake."""
+    """train:<method> (the run id's first field), search, pretrain_digit_trunk, ... or snakemake."""
     rule = record.get("rule")
     if record.get("server"):
         return "job server (its imports)"

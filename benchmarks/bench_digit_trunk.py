@@ -31,8 +31,7 @@ from dmlrepro.data.samplers import MPerClassBatchSampler
 from dmlrepro.digit_trunk_recipe import DIGIT_TRUNK
 from dmlrepro.evaluation.retrieval import retrieval_metrics
 from dmlrepro.models import build_model
-from dmlrepro.models.digit_trunk import load_digit_trunk, pretrain
-from dmlrepro.models.pretraining import normalise
+from dmlrepro.models.digit_trunk import load_digit_trunk, normalise, pretrain
 
 TRAIN_CLASSES = 64  # labels 0-63: the protocol's training classes (64-79 validate, 80-99 test)
 

@@ -39,7 +39,7 @@ def search_run_count(search: Mapping[str, Any] | None) -> int:
 
 
 #: training jobs' priorities stay below the workflow's small jobs' (aggregate, report_section: 5) and
-#: the stand-in's (10), which must not wait for them (docs/workflow.md#scheduling)
+#: the digit trunk's pretraining (10), which must not wait for them (docs/workflow.md#scheduling)
 TRAIN_PRIORITY_CEILING = 4.0
 
 

@@ -67,7 +67,6 @@ PRELOAD = (
     "torchvision",
     "dmlrepro.train.engine",
     "dmlrepro.tuning",
-    "dmlrepro.models.standin",
     "pytorch_metric_learning.losses",
     "sklearn.cluster",
     "dmlrepro.report.section_job",
@@ -75,13 +74,12 @@ PRELOAD = (
     "matplotlib.pyplot",
 )
 #: the only functions a server runs: those of workflow/scripts (rules train, search, prepare_dataset,
-#: pretrain_standin, aggregate, report_section)
+#: pretrain_digit_trunk, aggregate, report_section)
 ENTRY_POINTS = frozenset(
     {
         "dmlrepro.train:train_run",
         "dmlrepro.tuning:run_search",
         "dmlrepro.data:prepare",
-        "dmlrepro.models.standin:pretrain",
         "dmlrepro.models.digit_trunk:pretrain",
         "dmlrepro.report.aggregate:write_experiment_tables",
         "dmlrepro.report.section_job:write_section",

@@ -84,8 +84,9 @@ class ResultsLayout:
         folder = f"{self.results}/targets/{target}"
         return f"{folder}/{name}" if name else folder
 
-    def standin_dir(self) -> str:
-        """The ImageNet stand-in's weights (dmlrepro.standin_recipe)."""
+    def trunk_dir(self) -> str:
+        """The digit trunk's weights (dmlrepro.digit_trunk_recipe). The folder keeps the name of the ImageNet
+        stand-in it holds, `standin`: the runs' model.weights_cache_dir, so existing results stay complete."""
         return f"{self.results}/standin"
 
     def results_file(self, name: str) -> str:

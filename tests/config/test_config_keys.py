@@ -1,9 +1,10 @@
-"""The run-config key table (dmlrepro.train.config_keys): the defaults, the late and runtime keys
+"""The run-config key table (dmlrepro.train.config_keys): the defaults, the late, runtime and retired keys
 and docs/training.md's key tables all come from it."""
 
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dmlrepro.train.config import (
     DEFAULTS,
@@ -11,9 +12,11 @@ from dmlrepro.train.config import (
     RUNTIME_KEYS,
     ConfigError,
     config_identity,
+    dump_yaml,
     resolve_run_config,
     section_value,
     without_late_defaults,
+    without_retired_keys,
 )
 from dmlrepro.train.config_keys import KEYS, markdown_tables, update_docs
 
@@ -64,6 +67,35 @@ def test_section_value_reads_a_late_default_a_stored_identity_dropped():
     stored = without_late_defaults(resolve_run_config({"validation": {"split": "samples"}}))["validation"]
     assert "fraction" not in stored and section_value(stored, "validation.fraction") == 0.1
     assert section_value({"fraction": 0.3}, "validation.fraction") == 0.3
+
+
+def _written_before_the_stand_in_went(resolved: dict) -> dict:
+    """A config.yaml as the engine wrote it while model.standin existed: null beside `pretrained`."""
+    model = {}
+    for key, value in resolved["model"].items():
+        model[key] = value
+        if key == "pretrained":
+            model["standin"] = None
+    return yaml.safe_load(dump_yaml({**resolved, "model": model}))
+
+
+def test_a_retired_key_at_its_value_reads_as_absent():
+    """A run directory's config.yaml written while model.standin existed resolves as now."""
+    partial = {"model": {"backbone": "tiny_cnn", "pretrained": "digit_trunk", "digit_trunk": {"seed": 1}}}
+    resolved = resolve_run_config(partial)
+    stored = _written_before_the_stand_in_went(resolved)
+    assert stored["model"]["standin"] is None and "standin" not in resolved["model"]
+    assert resolve_run_config(stored) == resolved
+    assert without_retired_keys(stored) == yaml.safe_load(dump_yaml(resolved))
+
+
+@pytest.mark.parametrize(
+    "model, message",
+    [({"standin": {"epochs": 3}}, "unknown key 'model.standin'"), ({"pretrained": "standin"}, "model.pretrained")],
+)
+def test_the_generated_stand_in_is_refused(model, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve_run_config({"model": {"backbone": "tiny_cnn", **model}})
 
 
 def test_record_fields_get_their_defaults_and_numbers_read_as_strings_become_floats():

@@ -10,7 +10,7 @@ import torch
 
 from dmlrepro.data.multidigit import training_digits
 from dmlrepro.digit_trunk_recipe import DIGIT_TRUNK, DigitTrunkError
-from dmlrepro.models import build_model
+from dmlrepro.models import build_model, digit_trunk
 from dmlrepro.models.digit_trunk import load_digit_trunk, place_digits, pretrain
 
 KW = {"widths": [8, 8, 8, 8]}
@@ -34,7 +34,7 @@ def test_workflow_recipes_only_of_runs_that_use_it():
         def __init__(self, model):
             self.config = {"model": model}
 
-    runs = {"a": Run({"pretrained": "digit_trunk", "digit_trunk": {"seed": 1}}), "b": Run({"pretrained": "standin"})}
+    runs = {"a": Run({"pretrained": "digit_trunk", "digit_trunk": {"seed": 1}}), "b": Run({"pretrained": True})}
     assert DIGIT_TRUNK.workflow_recipes(runs) == {DIGIT_TRUNK.hash({"seed": 1}): DIGIT_TRUNK.resolve({"seed": 1})}
 
 
@@ -75,9 +75,27 @@ def test_pretrain_and_load(tmp_path):
     )
     assert all(torch.equal(v, built.backbone.state_dict()[k]) for k, v in saved.items())
     assert built.input_config["weights"] == "digit_trunk"
+    with pytest.raises(DigitTrunkError, match="does not fit backbone 'resnetv2_20'"):
+        load_digit_trunk(build_model(backbone="resnetv2_20", embedding_size=8), TINY, tmp_path, KW)
     torch.save({**torch.load(path, weights_only=True), "hash": "0" * 12}, path)  # a file renamed from another recipe
     with pytest.raises(DigitTrunkError, match="trained from recipe"):
         load_digit_trunk(model, TINY, tmp_path, KW)
+
+
+def test_pretraining_runs_its_own_thread_count_and_restores_the_callers(tmp_path, monkeypatch):
+    """The weights depend on torch's thread count (docs/miniature.md), so pretraining always uses PRETRAIN_THREADS."""
+    seen = []
+    train = digit_trunk.train_trunk
+    monkeypatch.setattr(
+        digit_trunk, "train_trunk", lambda *args, **kw: seen.append(torch.get_num_threads()) or train(*args, **kw)
+    )
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        pretrain(TINY, DIGIT_TRUNK.weights_file(tmp_path, TINY), log=lambda s: None)
+        assert seen == [digit_trunk.PRETRAIN_THREADS] == [2] and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_training_digits_only():

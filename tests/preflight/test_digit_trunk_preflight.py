@@ -10,7 +10,7 @@ import pytest
 
 from dmlrepro.data.multidigit import expected_counts, prepared_dependencies
 from dmlrepro.digit_trunk_recipe import DIGIT_TRUNK
-from dmlrepro.preflight.standin import data_source, missing_weights, weights_warning
+from dmlrepro.preflight.sources import data_source, missing_weights, weights_warning
 
 
 @pytest.mark.parametrize("name, per_class, classes", [("double_mnist", 5, 80), ("triple_mnist", 3, 800)])

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from dmlrepro.preflight import stepping
-from dmlrepro.preflight.standin import data_source
+from dmlrepro.preflight.sources import data_source
 from dmlrepro.train.config import resolve_run_config
 
 EVAL_BATCH = 24  # the synthetic test split below has 16 images: the batch repeats them

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dmlrepro.preflight.standin import data_source
+from dmlrepro.preflight.sources import data_source
 from dmlrepro.preflight.stepping import preflight_config
 from dmlrepro.preflight.worker import ShapeWorker
 

@@ -24,7 +24,6 @@ def _run_id(resolved):
 def test_the_recipe_resolves_in_full_and_enters_the_run_id():
     resolved = _resolved(pretrained="digit_trunk", digit_trunk={"seed": 1})
     assert resolved["model"]["digit_trunk"] == {**RECIPE_DEFAULTS, "seed": 1}
-    assert resolved["model"]["standin"] is None
     other = _resolved(pretrained="digit_trunk", digit_trunk={"seed": 2})
     spelt_out = _resolved(pretrained="digit_trunk", digit_trunk={**RECIPE_DEFAULTS, "seed": 1})
     assert _run_id(resolved) != _run_id(other)  # another recipe, other weights: another run

@@ -17,7 +17,6 @@ from dmlrepro.data.registry import expected_train_images
 from dmlrepro.preflight.projection import planned_images
 from dmlrepro.run_table import ResultsLayout, RunTable, reported_tables, run_record
 from dmlrepro.selection import select
-from dmlrepro.standin_recipe import STANDIN as STANDIN_TRUNK
 from dmlrepro.digit_trunk_recipe import DIGIT_TRUNK
 from dmlrepro.run_failures import failed_experiments
 from dmlrepro.tuning.bayes import BEST_JSON, TRIALS_CSV
@@ -281,14 +280,9 @@ def end_of_workflow(servers):
 def trunk_weights(config):
     """The pretrained trunk's weights file a run config starts from ([] for the others): a job's input
     (rules/pretrain.smk builds it)."""
-    folder = LAYOUT.standin_dir()
-    return [
-        *STANDIN_TRUNK.run_weights(config, folder),
-        *DIGIT_TRUNK.run_weights(config, folder),
-    ]
+    return DIGIT_TRUNK.run_weights(config, LAYOUT.trunk_dir())
 
 
 def with_trunk_folder(config):
-    """The run config with the trunks' folder as model.weights_cache_dir (a location, not part of the run id)."""
-    folder = LAYOUT.standin_dir()
-    return DIGIT_TRUNK.with_folder(STANDIN_TRUNK.with_folder(config, folder), folder)
+    """The run config with the trunk's folder as model.weights_cache_dir (a location, not part of the run id)."""
+    return DIGIT_TRUNK.with_folder(config, LAYOUT.trunk_dir())

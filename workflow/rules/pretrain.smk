@@ -1,40 +1,15 @@
-# The ImageNet stand-in (docs/miniature.md): the miniature's backbone pretrained once per recipe by
-# softmax classification on generated classes no run uses, content-addressed by the recipe's hash;
-# runs with model.pretrained: standin fine-tune from it (rule train and checkpoint search take the
-# file as input: trunk_weights; their run config gets its folder: with_trunk_folder, not part of the run id;
-# both in rules/common.smk).
-from dmlrepro.standin_recipe import STANDIN as STANDIN_TRUNK
 from dmlrepro.digit_trunk_recipe import (
     DIGIT_TRUNK,
     prepared_inputs as digit_trunk_inputs,
 )
 
-STANDIN = LAYOUT.standin_dir()  # the folder of both trunks' weights
-STANDIN_RECIPES = STANDIN_TRUNK.workflow_recipes(
-    TABLE.all_trained()
-)  # recipe hash -> recipe
-
-
-rule pretrain_standin:
-    output:
-        weights=str(STANDIN_TRUNK.weights_file_of_hash(STANDIN, "{standin}")),
-    log:
-        LAYOUT.log("pretrain_standin", "{standin}"),
-    # first when it is ready: every fine-tuning run waits for it (docs/workflow.md#scheduling)
-    priority: 10
-    threads: 2  # pretraining always runs 2 torch threads: the weights depend on it (docs/miniature.md)
-    params:
-        recipe=lambda wildcards: canonical(STANDIN_RECIPES[wildcards.standin]),
-    message:
-        "Pretraining the ImageNet stand-in {wildcards.standin}"
-    script:
-        "../scripts/pretrain_standin.py"
-
-
 # The digit-pretrained trunk (docs/models.md#the-digit-pretrained-trunk): the multi-digit datasets'
 # ImageNet stand-in, pretrained once per recipe on the dataset's training digits only (MNIST's read
 # from the prepared double_mnist / triple_mnist; scikit-learn's need no input), content-addressed;
-# runs with model.pretrained: digit_trunk take it as input and get its folder as the stand-in's.
+# runs with model.pretrained: digit_trunk fine-tune from it (rule train and checkpoint search take the
+# file as input: trunk_weights; their run config gets its folder: with_trunk_folder, not part of the run id;
+# both in rules/common.smk).
+TRUNKS = LAYOUT.trunk_dir()  # the folder of the trunk's weights
 DIGIT_RECIPES = DIGIT_TRUNK.workflow_recipes(
     TABLE.all_trained()
 )  # recipe hash -> recipe
@@ -47,9 +22,10 @@ rule pretrain_digit_trunk:
             for name in digit_trunk_inputs(DIGIT_RECIPES[wildcards.digits])
         ],
     output:
-        weights=str(DIGIT_TRUNK.weights_file_of_hash(STANDIN, "{digits}")),
+        weights=str(DIGIT_TRUNK.weights_file_of_hash(TRUNKS, "{digits}")),
     log:
         LAYOUT.log("pretrain_digit_trunk", "{digits}"),
+    # first when it is ready: every fine-tuning run waits for it (docs/workflow.md#scheduling)
     priority: 10
     threads: 2  # pretraining always runs 2 torch threads: the weights depend on it (docs/miniature.md)
     params:

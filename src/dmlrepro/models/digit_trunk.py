@@ -9,11 +9,12 @@ ImageNet knows parts but not bird species.
 
 The recipe (``dmlrepro.digit_trunk_recipe``) is the whole identity of the weights: the file is
 content-addressed by its hash (``digits-<hash>.pt``), stores the recipe it was trained from, and
-loading checks both, as for the generated stand-in (``dmlrepro.models.standin``).
+loading checks both.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -26,12 +27,17 @@ import torch.nn.functional as F
 import yaml
 from torch import nn
 
+from dmlrepro.atomic import atomic_open
 from dmlrepro.data.multidigit import SPECS, training_digits
-from dmlrepro.digit_trunk_recipe import DIGIT_TRUNK
+from dmlrepro.digit_trunk_recipe import DIGIT_TRUNK, DigitTrunkError
 
-from .pretraining import load_trunk, pretrain_to
+from .backbones import create_backbone, get_backbone_spec
 
-__all__ = ["pretrain", "load_digit_trunk", "place_digits", "main"]
+__all__ = ["PRETRAIN_THREADS", "pretrain", "load_digit_trunk", "place_digits", "normalise", "main"]
+
+#: torch threads of every pretraining, whatever the job's allocation: the weights depend on the
+#: thread count (the default's trunk: 4 of 24 tensors equal on 1 thread vs 2, docs/miniature.md)
+PRETRAIN_THREADS = 2
 
 
 def place_digits(digits: torch.Tensor, canvas: tuple[int, int], size: int, gen: torch.Generator) -> torch.Tensor:
@@ -50,19 +56,66 @@ def place_digits(digits: torch.Tensor, canvas: tuple[int, int], size: int, gen: 
     return out.expand(-1, 3, -1, -1)
 
 
+def normalise(batch: torch.Tensor, input_config: Mapping[str, Any]) -> torch.Tensor:
+    """uint8 (n, 3, h, w) -> the backbone's normalised float input."""
+    mean = torch.tensor(input_config["mean"]).view(1, 3, 1, 1)
+    std = torch.tensor(input_config["std"]).view(1, 3, 1, 1)
+    return (batch.float() / 255.0 - mean) / std
+
+
 def pretrain(
     recipe: Mapping[str, Any] | None, out: str | os.PathLike, data_root: str | os.PathLike | None = None, log=print
 ) -> dict[str, Any]:
     """Train the recipe's trunk with a linear softmax classifier of the 10 digits, each placed at random
-    on the dataset's canvas; write the weights to ``out`` (``pretraining.pretrain_to``). Returns the summary."""
+    on the dataset's canvas, on ``PRETRAIN_THREADS`` torch threads (the caller's count restored after);
+    write ``{"recipe", "hash", "trunk", "train_accuracy"}`` to ``out`` atomically. Returns the summary
+    (without the trunk)."""
     r = DIGIT_TRUNK.resolve(recipe)
     images, labels = training_digits(r["dataset"], data_root)
     if r["digits_per_class"] is not None:
         keep = np.sort(np.concatenate([np.flatnonzero(labels == d)[: r["digits_per_class"]] for d in range(10)]))
         images, labels = images[keep], labels[keep]
+    before = torch.get_num_threads()
+    torch.set_num_threads(PRETRAIN_THREADS)
+    try:
+        trunk, accuracy = train_trunk(r, torch.from_numpy(images), torch.from_numpy(labels), log)
+    finally:
+        torch.set_num_threads(before)
+    summary = {"recipe": r, "hash": DIGIT_TRUNK.hash(r), "train_accuracy": accuracy}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(out, "wb") as f:
+        torch.save({**summary, "trunk": trunk.state_dict()}, f)
+    return summary
+
+
+def train_trunk(r: Mapping[str, Any], images: torch.Tensor, labels: torch.Tensor, log) -> tuple[nn.Module, float]:
+    """The trunk trained with a linear softmax classifier of the 10 digits (Adam, cosine schedule; each
+    batch's placement drawn from the recipe's seeded generator), and its last epoch's train accuracy."""
+    torch.manual_seed(r["seed"])
+    gen = torch.Generator().manual_seed(r["seed"])
     canvas = SPECS[r["dataset"]].canvas
-    data = (torch.from_numpy(images), torch.from_numpy(labels), 10)
-    return pretrain_to(out, DIGIT_TRUNK, r, data, lambda batch, gen: place_digits(batch, canvas, r["size"], gen), log)
+    trunk = create_backbone(r["backbone"], **r["backbone_kwargs"])
+    input_config = get_backbone_spec(r["backbone"]).input_config
+    classifier = nn.Linear(int(trunk.num_features), 10)
+    params = list(trunk.parameters()) + list(classifier.parameters())
+    opt = torch.optim.Adam(params, lr=r["lr"], weight_decay=r["weight_decay"])
+    steps = r["epochs"] * math.ceil(len(labels) / r["batch_size"])
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / steps)))
+    trunk.train()
+    for epoch in range(r["epochs"]):
+        order, correct = torch.randperm(len(labels), generator=gen), 0
+        for start in range(0, len(labels), r["batch_size"]):
+            idx = order[start : start + r["batch_size"]]
+            batch = place_digits(images[idx], canvas, r["size"], gen)
+            logits = classifier(trunk(normalise(batch, input_config)))
+            loss = F.cross_entropy(logits, labels[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            correct += int((logits.argmax(1) == labels[idx]).sum())
+        log(f"{DIGIT_TRUNK.title} epoch {epoch + 1}/{r['epochs']}: train accuracy {correct / len(labels):.4f}")
+    return trunk, correct / len(labels)
 
 
 def load_digit_trunk(
@@ -71,10 +124,27 @@ def load_digit_trunk(
     folder: str | os.PathLike,
     backbone_kwargs: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Load the trunk of ``recipe`` from ``folder`` into ``model.backbone`` (built with the run's
-    ``backbone_kwargs``, which must be the recipe's); the file must hold the recipe it is named after."""
-    missing = f"`python -m dmlrepro.models.digit_trunk RECIPE.yaml {Path(folder)} DATA_ROOT` builds them"
-    return load_trunk(model, DIGIT_TRUNK, recipe, folder, backbone_kwargs, missing)
+    """Load the trunk of ``recipe`` from ``folder`` into ``model.backbone`` once the file holds the recipe
+    (and hash) it is named after and fits the run's backbone and ``backbone_kwargs`` (which must be the
+    recipe's); else ``DigitTrunkError``."""
+    path = DIGIT_TRUNK.weights_file(folder, recipe)
+    if not path.is_file():
+        command = f"python -m dmlrepro.models.digit_trunk RECIPE.yaml {Path(folder)} DATA_ROOT"
+        raise DigitTrunkError(f"digit trunk weights {path} not found: `{command}` builds them")
+    resolved = DIGIT_TRUNK.resolve(recipe)
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if state.get("hash") != DIGIT_TRUNK.hash(resolved) or state.get("recipe") != resolved:
+        raise DigitTrunkError(f"{path}: trained from recipe {state.get('recipe')}, not {resolved}")
+    backbone = getattr(model, "backbone_name", None)
+    if resolved["backbone"] != backbone:
+        raise DigitTrunkError(f"digit trunk {resolved['backbone']!r} does not fit backbone {backbone!r}")
+    if dict(backbone_kwargs or {}) != resolved["backbone_kwargs"]:
+        raise DigitTrunkError(
+            f"digit trunk built with backbone_kwargs {resolved['backbone_kwargs']}; "
+            f"the run's model.backbone_kwargs are {dict(backbone_kwargs or {})}: set them equal"
+        )
+    model.backbone.load_state_dict(state["trunk"])
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:

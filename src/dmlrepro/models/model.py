@@ -17,7 +17,6 @@ from dmlrepro.config_names import loss_catalog
 from .backbones import get_backbone_spec, resolve_backbone_name
 from .digit_trunk import load_digit_trunk
 from .heads import CNN_POOLS, TOKEN_POOLS, GlobalPool, build_head
-from .standin import load_standin
 from .weights import default_cache_dir, get_weight_spec, load_pretrained
 
 __all__ = [
@@ -56,7 +55,6 @@ MODEL_KEYS = (
     "pretrained",
     "weights_cache_dir",
     "weights_sha256",
-    "standin",
     "digit_trunk",
     "bn_freeze",
     "backbone_kwargs",
@@ -202,15 +200,10 @@ def _model_keys(cfg: Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> dic
 
 
 def _load_weights(model: EmbeddingModel, merged: Mapping[str, Any], spec) -> None:
-    """The trunk's pretrained weights (``pretrained``): the miniature's stand-in or the digit trunk (local
-    files, docs/miniature.md, docs/models.md) or a registered weight file from the cache; nothing when false."""
+    """The trunk's pretrained weights (``pretrained``): the digit trunk (a local file, docs/models.md) or a
+    registered weight file from the cache; nothing when false."""
     pretrained, cache = merged.get("pretrained", False), merged.get("weights_cache_dir")
-    if pretrained == "standin":
-        load_standin(
-            model, merged.get("standin"), cache if cache else default_cache_dir(), merged.get("backbone_kwargs")
-        )
-        model.input_config["weights"] = "standin"
-    elif pretrained == "digit_trunk":  # docs/models.md#the-digit-pretrained-trunk
+    if pretrained == "digit_trunk":  # docs/models.md#the-digit-pretrained-trunk
         load_digit_trunk(
             model, merged.get("digit_trunk"), cache if cache else default_cache_dir(), merged.get("backbone_kwargs")
         )

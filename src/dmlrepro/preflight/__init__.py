@@ -2,7 +2,7 @@
 the reproduction before it is submitted (docs/preflight.md).
 
 * :mod:`.shapes` — the config's runs grouped by what selects code or tensor shapes;
-* :mod:`.standin` — the prepared data and cached weights, or stand-ins that keep the shapes;
+* :mod:`.sources` — the prepared data and cached weights, or stand-ins that keep the shapes;
 * :mod:`.stepping` — one shape through the training engine: data pipeline, steps, evaluation, memory;
 * :mod:`.worker` — shapes in a separate process, with a time limit;
 * :mod:`.projection` — each run's hours against its SLURM budget; the training job's own check;

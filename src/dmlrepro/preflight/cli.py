@@ -43,7 +43,7 @@ from .projection import (
     summarize,
 )
 from .shapes import Shape, group_runs, train_classes
-from .standin import data_source, missing_weights, weights_warning
+from .sources import data_source, missing_weights, weights_warning
 from .stepping import Measurement, preflight_config
 from .worker import ShapeWorker, available_memory_bytes
 

@@ -47,7 +47,7 @@ from dmlrepro.train.run_evaluation import compute_embeddings, embedding_metrics
 from dmlrepro.train.runtime import apply_speed, available_cpus, resolve_device, resolve_runtime, restore_speed
 from dmlrepro.train.seeding import DeterminismGuard
 
-from .standin import DataSource
+from .sources import DataSource
 
 
 @dataclass

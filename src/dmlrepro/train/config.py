@@ -21,9 +21,8 @@ from typing import Any
 import yaml
 
 from dmlrepro.config_names import loss_catalog
-from dmlrepro.digit_trunk_recipe import DIGIT_TRUNK
+from dmlrepro.digit_trunk_recipe import DIGIT_TRUNK, DigitTrunkError
 from dmlrepro.nested import canonical
-from dmlrepro.standin_recipe import STANDIN
 
 from .config_checks import GROUPS, ConfigError, check_loss_hparam_types, config_error, read_yaml
 from .config_keys import (
@@ -33,6 +32,7 @@ from .config_keys import (
     KEYS_BY_NAME,
     LATE_DEFAULTS,
     OPTIMIZERS,
+    RETIRED_KEYS,
     RUNTIME_KEYS,
     SCHEDULES,
 )
@@ -50,6 +50,7 @@ __all__ = [
     "dump_yaml",
     "LATE_DEFAULTS",
     "without_late_defaults",
+    "without_retired_keys",
     "section_value",
     "corruption_suffix",
 ]
@@ -74,6 +75,19 @@ def without_late_defaults(cfg: Mapping[str, Any]) -> dict:
             default = {k: v for k, v in default.items() if (key, k) not in LATE_DEFAULTS}
         if out[key] == default:
             out.pop(key)
+    return out
+
+
+def without_retired_keys(cfg: Mapping[str, Any]) -> dict:
+    """A copy of ``cfg`` without the ``RETIRED_KEYS`` that hold their retired value (a config.yaml written
+    while they existed: ``dmlrepro evaluate`` resolves it); at another value they stay, and the merge refuses
+    them as unknown keys. A run's identity needs no such step: a null and an absent key are the same
+    (``resume.first_difference``)."""
+    out = copy.deepcopy(dict(cfg))
+    for (section, key), value in RETIRED_KEYS.items():
+        node = out if section is None else out.get(section)
+        if isinstance(node, dict) and key in node and node[key] == value:
+            node.pop(key)
     return out
 
 
@@ -130,36 +144,28 @@ def _check_dataset(cfg: dict) -> None:
         )
 
 
-#: the local pretrained trunks: ``model.pretrained`` names one (``spec.key``), ``model.<spec.key>`` holds its recipe
-PRETRAINING_RECIPES = (STANDIN, DIGIT_TRUNK)
-
-
 def _resolve_pretraining(cfg: dict) -> None:
-    """model.standin / model.digit_trunk: the recipe of the trunk a run fine-tunes from, resolved in place
-    (docs/miniature.md, docs/models.md#the-digit-pretrained-trunk); null (ignored, not part of the run id)
-    unless ``pretrained`` names that trunk, e.g. when a preflight swaps in random initialisation."""
-    model = cfg["model"]
-    for spec in PRETRAINING_RECIPES:
-        key = spec.key
-        if model["pretrained"] != key:
-            model[key] = None
-            continue
-        if model[key] is not None and not isinstance(model[key], Mapping):
-            raise config_error(f"model.{key}", model[key], "a mapping (the trunk's pretraining recipe) or null")
-        try:
-            model[key] = spec.resolve(model[key])
-        except spec.error as e:
-            raise ConfigError(f"run config: {e}") from None
-        if model[key]["backbone"] != model["backbone"]:
-            raise config_error(
-                f"model.{key}.backbone", model[key]["backbone"], f"the run's backbone {model['backbone']!r}"
-            )
-        if model[key]["backbone_kwargs"] != dict(model["backbone_kwargs"] or {}):
-            raise config_error(
-                f"model.{key}.backbone_kwargs",
-                model[key]["backbone_kwargs"],
-                f"the run's model.backbone_kwargs {dict(model['backbone_kwargs'] or {})}",
-            )
+    """model.digit_trunk: the recipe of the trunk a run fine-tunes from, resolved in place
+    (docs/models.md#the-digit-pretrained-trunk); null (ignored, not part of the run id) unless
+    ``pretrained: digit_trunk``, e.g. when a preflight swaps in random initialisation."""
+    model, key = cfg["model"], DIGIT_TRUNK.key
+    if model["pretrained"] != key:
+        model[key] = None
+        return
+    if model[key] is not None and not isinstance(model[key], Mapping):
+        raise config_error(f"model.{key}", model[key], "a mapping (the trunk's pretraining recipe) or null")
+    try:
+        model[key] = DIGIT_TRUNK.resolve(model[key])
+    except DigitTrunkError as e:
+        raise ConfigError(f"run config: {e}") from None
+    if model[key]["backbone"] != model["backbone"]:
+        raise config_error(f"model.{key}.backbone", model[key]["backbone"], f"the run's backbone {model['backbone']!r}")
+    if model[key]["backbone_kwargs"] != dict(model["backbone_kwargs"] or {}):
+        raise config_error(
+            f"model.{key}.backbone_kwargs",
+            model[key]["backbone_kwargs"],
+            f"the run's model.backbone_kwargs {dict(model['backbone_kwargs'] or {})}",
+        )
 
 
 def _fill_loss_hparams(cfg: dict) -> None:
@@ -354,7 +360,7 @@ def resolve_run_config(partial: Mapping[str, Any] | None) -> dict:
         partial = {}
     if not isinstance(partial, Mapping):
         raise ConfigError(f"run config must be a mapping, got {type(partial).__name__}")
-    cfg = _merge(DEFAULTS, partial)
+    cfg = _merge(DEFAULTS, without_retired_keys(partial))
     _check_each_key(cfg)
     for check in CROSS_KEY_CHECKS:
         check(cfg)

@@ -355,8 +355,8 @@ def backbone_name(key: str, value: Any) -> Any:
 def pretrained_weights(key: str, value: Any) -> Any:
     if not isinstance(value, (bool, str)):
         raise config_error(key, value, "false, true or a weight name")
-    if isinstance(value, str) and value not in [*WEIGHT_NAMES, "standin", "digit_trunk"]:
-        raise config_error(key, value, f"standin, digit_trunk or a weight name among {list(WEIGHT_NAMES)}")
+    if isinstance(value, str) and value not in [*WEIGHT_NAMES, "digit_trunk"]:
+        raise config_error(key, value, f"digit_trunk or a weight name among {list(WEIGHT_NAMES)}")
     return value
 
 

@@ -234,19 +234,9 @@ KEYS: tuple[Key, ...] = (
     Key(
         "model.pretrained",
         False,
-        Custom(pretrained_weights, "`false`, `true`, a weight name, `standin`, `digit_trunk`"),
-        "`true` = the backbone's default weights, or a weight name; read from the weight cache only; `standin` = "
-        "the miniature's ImageNet stand-in (docs/miniature.md); `digit_trunk` = the multi-digit datasets' "
-        "digit-pretrained trunk (docs/models.md#the-digit-pretrained-trunk)",
-    ),
-    Key(
-        "model.standin",
-        None,
-        _unchecked("`null` or a mapping (the stand-in's recipe)"),
-        "with `pretrained: standin`: the stand-in's pretraining recipe (`dmlrepro.standin_recipe.RECIPE_DEFAULTS` "
-        "with these keys over it; resolved in full, part of the run id; ignored, null, with any other `pretrained`); "
-        "the file is `<weights_cache_dir>/standin-<recipe hash>.pt`",
-        late=True,
+        Custom(pretrained_weights, "`false`, `true`, a weight name, `digit_trunk`"),
+        "`true` = the backbone's default weights, or a weight name; read from the weight cache only; `digit_trunk` = "
+        "the multi-digit datasets' digit-pretrained trunk (docs/models.md#the-digit-pretrained-trunk)",
     ),
     Key(
         "model.digit_trunk",
@@ -769,6 +759,11 @@ LATE_DEFAULTS: dict[tuple[str | None, str], Any] = {
     **{_split(key.name): key.default for key in KEYS if key.late},
     **{(None, section.name): DEFAULTS[section.name] for section in SECTIONS if section.late},
 }
+
+#: Keys removed from the run config, with the value a config.yaml written while they existed holds
+#: (model.standin: the generated stand-in's recipe, null unless ``pretrained: standin``): at that value a
+#: stored config reads as one without them, so its run resumes and evaluates as before.
+RETIRED_KEYS: dict[tuple[str | None, str], Any] = {("model", "standin"): None}
 
 #: (section, key) pairs that say where or how fast a run runs, not what it computes: a resumed
 #: run may differ in them, and ``dmlrepro.runs`` leaves them out of the run id. Changing

@@ -30,7 +30,6 @@ from dmlrepro.data.registry import EMBEDDED
 from dmlrepro.digit_trunk_recipe import DIGIT_TRUNK
 from dmlrepro.models import get_backbone_spec, resolve_backbone_name
 from dmlrepro.models.weights import default_cache_dir, fetch_command, weight_path
-from dmlrepro.standin_recipe import STANDIN
 
 #: distinct stand-in image files per dataset (each listed many times by the manifest)
 DISTINCT_IMAGES = 8
@@ -122,10 +121,9 @@ def missing_weights(mcfg: dict[str, Any]) -> str | None:
     pretrained = mcfg.get("pretrained")
     if not pretrained:
         return None
-    for trunk in (STANDIN, DIGIT_TRUNK):  # built by rules pretrain_standin / pretrain_digit_trunk (docs/models.md)
-        if pretrained == trunk.key:
-            folder = mcfg.get("weights_cache_dir") or default_cache_dir()
-            return None if trunk.weights_file(folder, mcfg.get(trunk.key)).is_file() else trunk.key
+    if pretrained == DIGIT_TRUNK.key:  # built by rule pretrain_digit_trunk (docs/models.md)
+        folder = mcfg.get("weights_cache_dir") or default_cache_dir()
+        return None if DIGIT_TRUNK.weights_file(folder, mcfg.get(DIGIT_TRUNK.key)).is_file() else DIGIT_TRUNK.key
     name = (
         get_backbone_spec(resolve_backbone_name(str(mcfg["backbone"]))).default_weights
         if pretrained is True
@@ -138,12 +136,11 @@ def missing_weights(mcfg: dict[str, Any]) -> str | None:
 
 def weights_warning(name: str, cache_dir: str | None = None) -> str:
     """The one line printed per missing weight file."""
-    for trunk in (STANDIN, DIGIT_TRUNK):
-        if name == trunk.key:
-            return (
-                f"warning: the {trunk.title} is not built yet (rule pretrain_{trunk.key}): "
-                "the preflight uses random initialisation"
-            )
+    if name == DIGIT_TRUNK.key:
+        return (
+            f"warning: the {DIGIT_TRUNK.title} is not built yet (rule pretrain_{DIGIT_TRUNK.key}): "
+            "the preflight uses random initialisation"
+        )
     return (
         f"warning: pretrained weights {name!r} are not in the cache ({weight_path(name, cache_dir)}): "
         f"the preflight uses random initialisation; fetch them with `{fetch_command(name, cache_dir)}`"
