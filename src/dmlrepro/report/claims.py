@@ -160,7 +160,7 @@ def _check_equal_tuning(where: str, sides: Mapping, cells: Mapping, config: Mapp
                 raise ValueError(f"{where}.cells.{side}: experiment {name} has no search and final stage to tune it")
             if not ((search.get("method_space") or {}).get(cell["method"]) or search.get("space")):
                 raise ValueError(f"{where}.cells.{side}: experiment {name} searches nothing of {cell['method']}")
-            budgets.add((search["trials"], tuple(search["folds"])))
+            budgets.add((search["trials"], tuple(search.get("folds") or ())))
     if len(budgets) > 1:
         raise ValueError(f"{where}: the sides' searches differ in budget (trials, folds): {sorted(budgets)}")
 
