@@ -173,3 +173,17 @@ def test_check_claims_refuses_a_tuned_alternative_without_equal_budgets(cells, c
         claim["scales"]["faithful"]["sensitivity"][1]["cells"] = cells
     with pytest.raises(ValueError, match=message):
         check_claims([claim], _config(**config), "faithful")
+
+
+def test_a_claim_whose_cells_have_no_runs_is_not_run_whatever_its_gates():
+    """An experiment the workflow did not build (opt-in, a staged run) leaves its claims "not run at this
+    scale", not "not testable" from gates that find no runs."""
+    claim = _claim(checks=[{"check": "beats_untrained", "metric": "recall@1"}, {"check": "validation_plateau"}])
+    found = evaluate_claim(claim, "faithful", {"alt": _table({"ma": A_LOW})}, RANGES)
+    assert found["verdict"] is None and found["test_verdict"] is None and found["checks"] == []
+    assert (
+        claims_record({"scale": "faithful", "alpha": 0.05, "counts": {}, "claims": [{**claim, **found}]})["claims"][0][
+            "verdict"
+        ]
+        == "not run at this scale"
+    )
