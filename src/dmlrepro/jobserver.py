@@ -206,7 +206,10 @@ def _run_remote(conn: socket.socket, payload: bytes, locks: list[int]) -> int:
     pending: list[int] = []
 
     def forward(signum, frame):
-        os.kill(child[0], signum) if child else pending.append(signum)
+        if child:
+            os.kill(child[0], signum)
+        else:
+            pending.append(signum)
 
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(signum, forward)  # before the request: a signal while the child starts is not lost

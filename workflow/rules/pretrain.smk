@@ -10,9 +10,8 @@ from dmlrepro.digit_trunk_recipe import (
 # file as input: trunk_weights; their run config gets its folder: with_trunk_folder, not part of the run id;
 # both in rules/common.smk).
 TRUNKS = LAYOUT.trunk_dir()  # the folder of the trunk's weights
-DIGIT_RECIPES = DIGIT_TRUNK.workflow_recipes(
-    TABLE.all_trained()
-)  # recipe hash -> recipe
+# recipe hash -> recipe
+DIGIT_RECIPES = DIGIT_TRUNK.workflow_recipes(TABLE.all_trained())
 
 
 rule pretrain_digit_trunk:
