@@ -116,6 +116,15 @@ def test_an_alternative_that_changes_the_verdict_makes_the_claim_recipe_sensitiv
     assert record["claims"][0]["sensitivity"][0]["label"] == "no clipping"
 
 
+def test_two_readings_taken_together_are_named_together():
+    """PFML-R4's and PFML-R15's alternatives at once: the claim is sensitive to the pair, not to either alone."""
+    claim = _claim()
+    claim["scales"]["faithful"]["sensitivity"][0]["reading"] = ["pfml-r4", "pfml-r15"]
+    found = evaluate_claim(claim, "faithful", _tables(alt=[0.70, 0.72, 0.71, 0.73, 0.69]), RANGES)
+    assert found["sensitive_to"] == ["PFML-R4 + PFML-R15"] and found["verdict"] == RECIPE_SENSITIVE
+    check_claims([claim], _config(), "faithful")
+
+
 def test_an_alternative_that_only_loses_significance_is_recipe_sensitive_too():
     overlapping = [0.50, 0.70, 0.55, 0.66, 0.58]
     found = evaluate_claim(_claim(), "faithful", _tables(alt=overlapping), RANGES)
@@ -126,6 +135,7 @@ def test_an_alternative_that_only_loses_significance_is_recipe_sensitive_too():
     "alternative, message",
     [
         ({"reading": "PFML-R4"}, r"'PFML-R4' is not a reading id"),
+        ({"reading": ["pfml-r4", "r15"]}, r"'r15' is not a reading id"),
         ({"cells": {"c": {"experiment": "exp", "method": "ma"}}}, r"'c' has no cell at scale faithful"),
         ({"cells": {"a": {"experiment": "nowhere", "method": "ma"}}}, r"sensitivity\[0\]\.cells\.a\.experiment"),
     ],

@@ -137,8 +137,9 @@ def check_claims(claims: Sequence[Mapping], config: Mapping, scale: str) -> None
             _check_gate(f"{where}.scales.{scale}.checks[{j}]", claim, scale, entry, config)
         for j, alternative in enumerate(spec.get("sensitivity") or []):
             at = f"{where}.scales.{scale}.sensitivity[{j}]"
-            if not READING.match(alternative["reading"]):
-                raise ValueError(f"{at}.reading: {alternative['reading']!r} is not a reading id like 'pfml-r4'")
+            for reading in reading_ids(alternative):
+                if not READING.match(reading):
+                    raise ValueError(f"{at}.reading: {reading!r} is not a reading id like 'pfml-r4'")
             for side, cell in alternative["cells"].items():
                 if side not in spec["cells"]:
                     raise ValueError(f"{at}.cells: {side!r} has no cell at scale {scale} ({sorted(spec['cells'])})")
@@ -371,6 +372,13 @@ def compare_cells(claim: Mapping, scale: str, cells: Mapping[str, Mapping], tabl
     return rows
 
 
+def reading_ids(alternative: Mapping) -> list[str]:
+    """The readings a sensitivity alternative departs from: one id, or several read together (the
+    alternatives of PFML-R4 and PFML-R15 at once, "PFML-R4 + PFML-R15")."""
+    reading = alternative["reading"]
+    return [reading] if isinstance(reading, str) else list(reading)
+
+
 def sensitivity_results(claim: Mapping, scale: str, tables: Mapping[str, pd.DataFrame]) -> list[dict]:
     """Per alternative of the scale's `sensitivity` set: its reading (as PFML-R4), label, the comparisons
     with the alternative's cells in place of the chosen reading's, and their verdict (None: no runs)."""
@@ -382,7 +390,7 @@ def sensitivity_results(claim: Mapping, scale: str, tables: Mapping[str, pd.Data
         ran = any(r["a"]["n"] and r["b"]["n"] for r in rows)
         out.append(
             {
-                "reading": alternative["reading"].upper(),
+                "reading": " + ".join(r.upper() for r in reading_ids(alternative)),
                 "label": alternative["label"],
                 "tuned": bool(alternative.get("tuned")),
                 "test_verdict": claim_verdict(r["verdict"] for r in rows) if ran else None,
