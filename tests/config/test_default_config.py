@@ -125,6 +125,19 @@ def test_every_headline_claim_has_a_faithful_scale_with_three_seeds_per_cell():
             assert len(_cell_seeds(runs, cell)) >= 3, (claim_id, side)
 
 
+def test_every_faithful_claim_gates_every_side_on_learning_and_convergence():
+    """A faithful verdict rests on every compared side having learnt (beats_untrained) and stopped at its own
+    validation plateau, not the cap (validation_plateau); a check naming one side or cell leaves the others
+    unchecked (docs/report.md#mechanism-checks)."""
+    claims = yaml.safe_load((ROOT / "config" / "claims.yaml").read_text())["claims"]
+    for claim in claims:
+        faithful = (claim.get("scales") or {}).get("faithful")
+        if faithful is None:
+            continue
+        every_side = {c["check"] for c in faithful.get("checks", []) if "side" not in c and "cell" not in c}
+        assert {"beats_untrained", "validation_plateau"} <= every_side, claim["id"]
+
+
 def test_the_defaults_table1_cells_have_three_seeds():
     """The default keeps 3 seeds where a t-test is cheapest to show: PFML Table 1 and RSW Table I (the other
     tables 1 seed, for the 10-minute budget: docs/miniature.md#seeds)."""
