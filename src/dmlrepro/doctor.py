@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dmlrepro.cpu_isa import ENV as CPU_ISA_ENV, requested_level
+
 #: the CPU flags that decide the CPU kernels' speed (AVX2 / AVX-512 / AMX; bf16 units)
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
 #: the scheduler's variables that say what the job was given
@@ -75,6 +77,7 @@ def facts() -> dict[str, Any]:
         "cpu": cpu_model(),
         "cpu_flags": cpu_flags(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_isa": requested_level(),
         "cpus_usable": available_cpus(),
         "torch_threads": torch.get_num_threads(),
         "faiss": faiss_facts(torch.device("cpu")),
@@ -96,7 +99,8 @@ def screen(f: dict[str, Any]) -> str:
     lines += [
         "job         "
         + (", ".join(f"{k}={v!r}" for k, v in f["job"].items() if v is not None) or "no scheduler variables"),
-        f"CPU         {f['cpu']}; {', '.join(f['cpu_flags']) or 'no AVX2'}; torch kernels {f['cpu_capability']}",
+        f"CPU         {f['cpu']}; {', '.join(f['cpu_flags']) or 'no AVX2'}; torch kernels {f['cpu_capability']}"
+        f" ({CPU_ISA_ENV}={f['cpu_isa']})",
         f"CPUs        {f['cpus_usable']} usable by this process; torch threads {f['torch_threads']}",
         f"faiss       {faiss['faiss'] or 'not installed'}"
         + (f" (GPU build, {faiss['faiss_gpus']} GPU(s))" if faiss["faiss_gpu_build"] else " (CPU build)"),

@@ -53,7 +53,7 @@ def test_each_run_shows_its_device_name_gpu_uuid_and_slot(tmp_path):
     files = [_files(tmp_path, "gpu", gpu), _files(tmp_path, "cpu", cpu), _files(tmp_path, "old", None)]
     listed = section_runs(runs, [m for m, _ in files], [log for _, log in files])
     assert listed[0]["device"] == f"cuda:0 (NVIDIA H200; {UUID}; slot 2)"
-    assert listed[1]["device"] == f"cpu ({cpu['device_name']})" and cpu["device_name"]
+    assert listed[1]["device"] == f"cpu ({cpu['device_name']}; {cpu['cpu_kernels']} kernels)" and cpu["device_name"]
     assert listed[2]["device"] == "cuda"  # recorded before metrics.json had a precision: the config's device
     prov = provenance(REPO, listed, {"pfml_table1": [r["run_id"] for r in listed]})
     out = tmp_path / "report" / "index.html"

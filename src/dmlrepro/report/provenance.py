@@ -140,12 +140,15 @@ def section_runs(
 def device_text(precision: Mapping[str, Any], configured: str) -> str:
     """The device a run trained on (metrics.json's `precision`, else the `configured` one) and, where
     recorded, the hardware behind it: the device's name, a GPU's uuid and the workflow's GPU slot
-    (`cuda:0 (NVIDIA H200; <its uuid>; slot 2)`)."""
+    (`cuda:0 (NVIDIA H200; <its uuid>; slot 2)`), a CPU's kernels (`cpu (Intel Xeon; AVX2 kernels)`:
+    dmlrepro.cpu_isa)."""
+    device = precision.get("device", configured)
     facts = [precision.get("device_name"), precision.get("gpu_uuid")]
     if precision.get("gpu_slot"):
         facts.append(f"slot {precision['gpu_slot']}")
+    if str(device) == "cpu" and precision.get("cpu_kernels"):
+        facts.append(f"{precision['cpu_kernels']} kernels")
     facts = [str(fact) for fact in facts if fact]
-    device = precision.get("device", configured)
     return f"{device} ({'; '.join(facts)})" if facts else str(device)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from dmlrepro.cpu_isa import cpu_isa_record
 from dmlrepro.evaluation.knn import SEARCH_PRECISION
 
 from .runtime import device_identity
@@ -60,7 +61,9 @@ def float32_inference(device: torch.device) -> Iterator[None]:
 def precision_record(amp_dtype: torch.dtype | None, device: torch.device, tf32: bool, loss: Any) -> dict[str, Any]:
     """metrics.json's ``precision``: the device and the hardware behind it (:func:`device_identity`), the
     training, evaluation and k-NN search precisions, torch's TF32 flags as training ran (they act on CUDA
-    only) and, for a loss that says so, the pair search it took (PFML: ``pair_search_path``)."""
+    only), the CPU kernels' instruction set (:func:`~dmlrepro.cpu_isa.cpu_isa_record`: CUDA runs' data
+    pipeline and evaluation run some) and, for a loss that says so, the pair search it took (PFML:
+    ``pair_search_path``)."""
     return {
         "device": str(device),
         "train": precision_name(amp_dtype, device, tf32),
@@ -69,5 +72,6 @@ def precision_record(amp_dtype: torch.dtype | None, device: torch.device, tf32: 
         "matmul_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
         "cudnn_tf32": bool(torch.backends.cudnn.allow_tf32),
         **device_identity(device),
+        **cpu_isa_record(),
         "pair_search_path": getattr(loss, "pair_search_path", None),
     }

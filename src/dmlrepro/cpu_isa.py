@@ -1,0 +1,62 @@
+"""The instruction set torch's CPU kernels use: one level on every x86-64 host, so that a CPU run's
+numbers do not depend on which machine ran it (docs/training.md#bit-exactness).
+
+torch picks its CPU kernels by the host's instruction set in three libraries, and each pick changes
+the float rounding, which training amplifies into different weights: ATen's vectorised kernels
+(``ATEN_CPU_CAPABILITY``), oneDNN's convolutions (``ONEDNN_MAX_CPU_ISA``) and MKL's BLAS
+(``MKL_CBWR``, MKL's conditional numerical reproducibility). Importing dmlrepro sets all three to
+AVX2, which every x86-64 server of the last decade has, unless ``DMLREPRO_CPU_ISA=native`` (each
+library's own pick: the fastest kernels, numbers that depend on the host) or the variable is set
+already. The libraries read them at their first use, so the pin acts only where dmlrepro is imported
+before torch's first operation; :func:`cpu_isa_record` says what took effect.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import MutableMapping
+from typing import Any
+
+__all__ = ["ENV", "LEVELS", "DEFAULT_LEVEL", "requested_level", "pin_cpu_isa", "cpu_isa_record"]
+
+ENV = "DMLREPRO_CPU_ISA"
+#: each level's settings of the three libraries (``native``: none, each library picks for the host)
+LEVELS: dict[str, dict[str, str]] = {
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"},
+    "native": {},
+}
+DEFAULT_LEVEL = "avx2"
+#: the machines whose kernels the levels name
+X86_64 = ("x86_64", "amd64")
+
+
+def requested_level(environ: MutableMapping[str, str] = os.environ) -> str:
+    """The level ``DMLREPRO_CPU_ISA`` asks for (unset or empty: ``avx2``); ValueError on another value."""
+    level = environ.get(ENV, "").strip().lower() or DEFAULT_LEVEL
+    if level not in LEVELS:
+        raise ValueError(f"{ENV}={environ[ENV]!r}: expected one of {', '.join(LEVELS)} (docs/environment.md)")
+    return level
+
+
+def pin_cpu_isa(environ: MutableMapping[str, str] = os.environ, machine: str | None = None) -> dict[str, str]:
+    """Set the requested level's variables in `environ` where they are not set (x86-64 only: elsewhere
+    the levels name no kernels); returns what it set."""
+    if (machine or platform.machine()).lower() not in X86_64:
+        return {}
+    missing = {key: value for key, value in LEVELS[requested_level(environ)].items() if key not in environ}
+    environ.update(missing)
+    return missing
+
+
+def cpu_isa_record() -> dict[str, Any]:
+    """What metrics.json says the CPU kernels were: the level asked for, ATen's kernels as torch chose
+    them (``AVX2``, ``AVX512``, ...) and the oneDNN and MKL settings the process ran with."""
+    import torch  # deferred: dmlrepro imports without torch
+
+    return {
+        "cpu_isa": requested_level(),
+        "cpu_kernels": torch.backends.cpu.get_cpu_capability(),
+        "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
+        "mkl_cbwr": os.environ.get("MKL_CBWR"),
+    }

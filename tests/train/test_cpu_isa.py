@@ -1,0 +1,99 @@
+"""One instruction set for torch's CPU kernels on every x86-64 host (dmlrepro.cpu_isa,
+docs/training.md#bit-exactness): importing dmlrepro sets ATen's, oneDNN's and MKL's kernels to AVX2
+(the variables and values of their documentation: ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2,
+MKL_CBWR=AVX2), so a training step gives the bits an AVX2-only host gives."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from dmlrepro.cpu_isa import ENV, pin_cpu_isa, requested_level
+from dmlrepro.train.precision import precision_record
+
+AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"}
+
+#: 30 Adam steps of a small conv net (convolutions: oneDNN; the linear layer: MKL; reductions and
+#: elementwise ops: ATen), then a digest of its weights and ATen's kernel level
+TRAINING = textwrap.dedent(
+    """
+    import hashlib, sys
+    if sys.argv[1] == "dmlrepro":
+        import dmlrepro
+    import torch
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    nn = torch.nn
+    net = nn.Sequential(nn.Conv2d(3, 16, 3), nn.BatchNorm2d(16), nn.ReLU(), nn.Conv2d(16, 32, 3),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+    opt = torch.optim.Adam(net.parameters(), 1e-2)
+    x, y = torch.randn(64, 3, 24, 24), torch.randint(0, 10, (64,))
+    for _ in range(30):
+        loss = nn.functional.cross_entropy(net(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    weights = b"".join(p.detach().numpy().tobytes() for p in net.parameters())
+    print(hashlib.sha256(weights).hexdigest(), torch.backends.cpu.get_cpu_capability())
+    """
+)
+
+x86_64 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86-64 kernels")
+
+
+def _train(first: str, env: dict[str, str]) -> tuple[str, str]:
+    """(weights digest, ATen's kernels) of TRAINING in a fresh interpreter with `env` and none of the
+    variables set, importing dmlrepro before torch (`first` = "dmlrepro") or not at all ("torch")."""
+    clean = {k: v for k, v in os.environ.items() if k not in AVX2 and k != ENV}
+    out = subprocess.run(
+        [sys.executable, "-c", TRAINING, first], env={**clean, **env}, capture_output=True, text=True, check=True
+    )
+    digest, kernels = out.stdout.split()
+    return digest, kernels
+
+
+@x86_64
+def test_a_training_step_gives_an_avx2_hosts_bits_wherever_dmlrepro_is_imported():
+    pinned = _train("dmlrepro", {})
+    assert pinned == _train("torch", AVX2)  # the three libraries at AVX2, set before the process starts
+    assert pinned[1] == "AVX2"
+    native = _train("dmlrepro", {ENV: "native"})
+    assert native == _train("torch", {})  # native: each library's own pick
+    if native[1] != "AVX2":  # a host with wider kernels (AVX-512): the pick changes the bits
+        assert native[0] != pinned[0]
+
+
+def test_the_pin_sets_the_three_libraries_where_unset_and_keeps_what_is_set():
+    environ: dict[str, str] = {}
+    assert pin_cpu_isa(environ, machine="x86_64") == AVX2 and environ == AVX2
+    environ = {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}
+    assert pin_cpu_isa(environ, machine="x86_64") == {k: v for k, v in AVX2.items() if k != "ONEDNN_MAX_CPU_ISA"}
+    assert environ["ONEDNN_MAX_CPU_ISA"] == "AVX512_CORE"
+
+
+def test_native_and_other_machines_set_nothing():
+    environ = {ENV: "native"}
+    assert pin_cpu_isa(environ, machine="x86_64") == {} and environ == {ENV: "native"}
+    environ = {}
+    assert pin_cpu_isa(environ, machine="aarch64") == {} and environ == {}
+
+
+def test_an_unknown_level_is_refused_in_one_line():
+    assert requested_level({ENV: " AVX2 "}) == "avx2" and requested_level({}) == "avx2"
+    with pytest.raises(ValueError, match=r"DMLREPRO_CPU_ISA='avx512': expected one of avx2, native"):
+        requested_level({ENV: "avx512"})
+
+
+@x86_64
+def test_metrics_json_records_the_kernels_a_cpu_run_used():
+    record = precision_record(None, torch.device("cpu"), False, None)
+    assert record["cpu_isa"] == requested_level()
+    assert record["cpu_kernels"] == torch.backends.cpu.get_cpu_capability()
+    assert record["onednn_max_cpu_isa"] == os.environ.get("ONEDNN_MAX_CPU_ISA")
+    assert record["mkl_cbwr"] == os.environ.get("MKL_CBWR")
