@@ -5,10 +5,12 @@ torch picks its CPU kernels by the host's instruction set in three libraries, an
 the float rounding, which training amplifies into different weights: ATen's vectorised kernels
 (``ATEN_CPU_CAPABILITY``), oneDNN's convolutions (``ONEDNN_MAX_CPU_ISA``) and MKL's BLAS
 (``MKL_CBWR``, MKL's conditional numerical reproducibility). Importing dmlrepro sets all three to
-AVX2, which every x86-64 server of the last decade has, unless ``DMLREPRO_CPU_ISA=native`` (each
-library's own pick: the fastest kernels, numbers that depend on the host) or the variable is set
-already. The libraries read them at their first use, so the pin acts only where dmlrepro is imported
-before torch's first operation; :func:`cpu_isa_record` says what took effect.
+AVX2, which every x86-64 server of the last decade has, MKL in its strict mode (otherwise its
+products round a row by the rows around it: an image's embedding would depend on its batch), unless
+``DMLREPRO_CPU_ISA=native`` (each library's own pick: the fastest kernels, numbers that depend on the
+host) or the variable is set already. The libraries read them at their first use, so the pin acts
+only where dmlrepro is imported before torch's first operation; :func:`cpu_isa_record` says what
+took effect.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ __all__ = ["ENV", "LEVELS", "DEFAULT_LEVEL", "requested_level", "pin_cpu_isa", "
 ENV = "DMLREPRO_CPU_ISA"
 #: each level's settings of the three libraries (``native``: none, each library picks for the host)
 LEVELS: dict[str, dict[str, str]] = {
-    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2,STRICT"},
     "native": {},
 }
 DEFAULT_LEVEL = "avx2"

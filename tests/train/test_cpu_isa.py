@@ -17,7 +17,7 @@ import torch
 from dmlrepro.cpu_isa import ENV, pin_cpu_isa, requested_level
 from dmlrepro.train.precision import precision_record
 
-AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"}
+AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2,STRICT"}
 
 #: 30 Adam steps of a small conv net (convolutions: oneDNN; the linear layer: MKL; reductions and
 #: elementwise ops: ATen), then a digest of its weights and ATen's kernel level
@@ -67,6 +67,33 @@ def test_a_training_step_gives_an_avx2_hosts_bits_wherever_dmlrepro_is_imported(
     assert native == _train("torch", {})  # native: each library's own pick
     if native[1] != "AVX2":  # a host with wider kernels (AVX-512): the pick changes the bits
         assert native[0] != pinned[0]
+
+
+#: a linear layer's rows over a whole batch and over its first n rows
+ROWS = textwrap.dedent(
+    """
+    import sys
+    if sys.argv[1] == "dmlrepro":
+        import dmlrepro
+    import torch
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    layer, x = torch.nn.Linear(96, 64), torch.randn(300, 96)
+    whole = layer(x)
+    print(all(torch.equal(whole[:n], layer(x[:n])) for n in (1, 7, 37, 128, 299)))
+    """
+)
+
+
+@x86_64
+def test_an_images_embedding_does_not_depend_on_its_batch():
+    """MKL's strict mode: its AVX2 (and AVX-512) products round a row by the batch around it otherwise, and a
+    run re-embedded from its checkpoint in other batches would change its metrics (docs/training.md)."""
+    clean = {k: v for k, v in os.environ.items() if k not in AVX2 and k != ENV}
+    out = subprocess.run(
+        [sys.executable, "-c", ROWS, "dmlrepro"], env=clean, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["True"]
 
 
 def test_the_pin_sets_the_three_libraries_where_unset_and_keeps_what_is_set():
