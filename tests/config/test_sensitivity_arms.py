@@ -84,7 +84,7 @@ def test_an_arm_departs_from_the_chosen_cells_in_its_readings_keys_only(arm, run
             if (experiment, method) != (cell["experiment"], cell["method"]) or dataset not in datasets:
                 continue
             other = runs[(base["experiment"], base["method"], dataset, seed)]
-            differing = _differing(config, other) - {"run_id", "experiment"}
+            differing = _differing(config, other)
             assert differing and differing <= expected, (side, dataset, seed, sorted(differing))
             compared += 1
     assert compared >= 3 * len(alternative["cells"])  # every side, every seed

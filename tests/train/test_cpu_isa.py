@@ -1,7 +1,7 @@
 """One instruction set for torch's CPU kernels on every x86-64 host (dmlrepro.cpu_isa,
 docs/training.md#bit-exactness): importing dmlrepro sets ATen's, oneDNN's and MKL's kernels to AVX2
 (the variables and values of their documentation: ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2,
-MKL_CBWR=AVX2), so a training step gives the bits an AVX2-only host gives."""
+MKL_CBWR=AVX2,STRICT), so a training step gives the bits an AVX2-only host gives."""
 
 from __future__ import annotations
 
@@ -47,12 +47,16 @@ TRAINING = textwrap.dedent(
 x86_64 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86-64 kernels")
 
 
+def _clean_env() -> dict[str, str]:
+    """This process's environment without the three libraries' variables and DMLREPRO_CPU_ISA."""
+    return {k: v for k, v in os.environ.items() if k not in AVX2 and k != ENV}
+
+
 def _train(first: str, env: dict[str, str]) -> tuple[str, str]:
     """(weights digest, ATen's kernels) of TRAINING in a fresh interpreter with `env` and none of the
     variables set, importing dmlrepro before torch (`first` = "dmlrepro") or not at all ("torch")."""
-    clean = {k: v for k, v in os.environ.items() if k not in AVX2 and k != ENV}
     out = subprocess.run(
-        [sys.executable, "-c", TRAINING, first], env={**clean, **env}, capture_output=True, text=True, check=True
+        [sys.executable, "-c", TRAINING, first], env={**_clean_env(), **env}, capture_output=True, text=True, check=True
     )
     digest, kernels = out.stdout.split()
     return digest, kernels
@@ -89,9 +93,8 @@ ROWS = textwrap.dedent(
 def test_an_images_embedding_does_not_depend_on_its_batch():
     """MKL's strict mode: its AVX2 (and AVX-512) products round a row by the batch around it otherwise, and a
     run re-embedded from its checkpoint in other batches would change its metrics (docs/training.md)."""
-    clean = {k: v for k, v in os.environ.items() if k not in AVX2 and k != ENV}
     out = subprocess.run(
-        [sys.executable, "-c", ROWS, "dmlrepro"], env=clean, capture_output=True, text=True, check=True
+        [sys.executable, "-c", ROWS, "dmlrepro"], env=_clean_env(), capture_output=True, text=True, check=True
     )
     assert out.stdout.split() == ["True"]
 
