@@ -58,6 +58,19 @@ def require(problem: str | None) -> None:
     pytest.skip(problem)
 
 
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    """The Chromium of the report's browser checks (dmlrepro.report.browser): a required integration
+    check (`require`); ask for it before any costly fixture, so a missing browser stops the test first."""
+    from dmlrepro.report.browser import find_chromium
+
+    found = find_chromium()
+    require(
+        None if found else "chromium is not on PATH (.ci/install-chromium installs it): the browser check cannot run"
+    )
+    return found
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """`require` failing in a fixture is the test's failure, not a fixture error."""

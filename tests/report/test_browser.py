@@ -9,9 +9,7 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
-from dmlrepro.report.browser import check_report, find_chromium, main
-
-from ..conftest import require
+from dmlrepro.report.browser import check_report, main
 
 CLEAN = """<!doctype html><html><head><title>report</title><script src="app.js"></script></head>
 <body><h1>report</h1><img src="fig.png"><script>console.log("a log line"); console.warn("a warning");</script>
@@ -62,15 +60,6 @@ PLANTS = {
     ),
 }
 FAILURES = ("broken", "console_errors", "overflowing")
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    require(
-        None
-        if find_chromium()
-        else "chromium is not on PATH (.ci/install-chromium installs it): the browser check cannot run"
-    )
 
 
 def _report(folder, plant: str = "") -> str:

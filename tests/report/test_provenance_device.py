@@ -58,4 +58,24 @@ def test_each_run_shows_its_device_name_gpu_uuid_and_slot(tmp_path):
     prov = provenance(REPO, listed, {"pfml_table1": [r["run_id"] for r in listed]})
     out = tmp_path / "report" / "index.html"
     render_report([], [], prov, out, REPO / "reports/templates")
-    assert f'<td class="label">cuda:0 (NVIDIA H200; {UUID}; slot 2)</td>' in out.read_text()
+    assert f'<td class="label wrap">cuda:0 (NVIDIA H200; {UUID}; slot 2)</td>' in out.read_text()
+
+
+def test_the_provenance_table_fits_a_1400_px_window(chromium, tmp_path):
+    """The embedded default's longest run ids with a CPU run's device and kernels
+    (`cpu (Intel(R) Xeon(R) Processor; AVX2 kernels)`): the device column wraps, nothing is cut off."""
+    from dmlrepro.report.browser import check_report
+
+    cpu = {**precision_record(None, torch.device("cpu"), False, None), "device_name": "Intel(R) Xeon(R) Processor"}
+    runs = [_run(f"proxy_anchor_mlrc-double_digits-tiny_cnn-s{seed}-52a5b149f{seed}") for seed in range(3)]
+    files = [_files(tmp_path, f"cpu{seed}", {**cpu, "cpu_kernels": "AVX2"}) for seed in range(3)]
+    listed = section_runs(runs, [m for m, _ in files], [log for _, log in files])
+    out = tmp_path / "report" / "index.html"
+    render_report(
+        [],
+        [],
+        provenance(REPO, listed, {"pfml_table1": [r["run_id"] for r in listed]}),
+        out,
+        REPO / "reports/templates",
+    )
+    assert check_report(out, width=1400)["overflowing"] == []

@@ -11,8 +11,6 @@ from dmlrepro.report import provenance, render_report
 from dmlrepro.report.sections import check_report
 from dmlrepro.report.summary import summary_rows
 
-from ..conftest import require
-
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "reports" / "templates"
 
@@ -137,13 +135,6 @@ def test_the_page_leads_with_the_summary(tmp_path):
     assert "not run — SOP is not prepared (dmlrepro prepare sop)" in table
     nav = text[text.index("<nav>") : text.index("</nav>")]
     assert nav.count("<a ") == 2  # Summary, Provenance: the sections are linked from the summary, not from here
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    from dmlrepro.report.browser import find_chromium
-
-    require(None if find_chromium() else "chromium is not on PATH (.ci/install-chromium installs it)")
 
 
 def test_the_summary_is_on_the_first_screen_and_nothing_is_cut_off(chromium, tmp_path):

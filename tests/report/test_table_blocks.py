@@ -10,8 +10,6 @@ import pytest
 from dmlrepro.report import provenance, render_report
 from dmlrepro.report.html import table_blocks
 
-from ..conftest import require
-
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "reports" / "templates"
 MLRC = ["precision@1@concatenated", "map@r@concatenated", "precision@1@separated", "map@r@separated"]
@@ -121,13 +119,6 @@ def test_each_header_names_its_own_columns_dataset(tmp_path):
     section = text[text.index('<section id="asap_table1">') :]
     assert section.index('<th colspan="1">CUB-200-2011') < section.index('<th colspan="1">Cars-196')
     assert "<th>recall@<wbr>1</th>" in section  # a metric name wraps after "@"
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    from dmlrepro.report.browser import find_chromium
-
-    require(None if find_chromium() else "chromium is not on PATH (.ci/install-chromium installs it)")
 
 
 def test_asap_table1_fits_at_1400_px(chromium, tmp_path):

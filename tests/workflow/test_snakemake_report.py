@@ -19,8 +19,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ..conftest import require
-
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -98,18 +96,6 @@ def test_snakemake_page_has_the_graph_runtimes_and_provenance(unzipped):
     assert {row["rule"] for row in variables["runtimes_spec"]["data"]["values"]} == RULES - {"all"}
     rules = variables["rules"]
     assert RULES - {"all"} <= set(rules) and "train_run" in "".join(rules["train"]["code"])  # the script's code
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    """Required under CI=true, skipped elsewhere (tests/conftest.py `require`), before the workflow runs."""
-    from dmlrepro.report.browser import find_chromium
-
-    found = find_chromium()
-    require(
-        None if found else "chromium is not on PATH (.ci/install-chromium installs it): the browser check cannot run"
-    )
-    return found
 
 
 def check_report(page: Path) -> str:

@@ -19,8 +19,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ..conftest import require
-
 # every test here runs snakemake; the module fixture trains the 14 runs once (~1.5 min on 2 cores)
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -286,21 +284,6 @@ def test_report_shows_every_experiment(finished):
     assert "stand-in: synthetic" in html and "Provenance" in html
     images = re.findall(r'<img src="([^"]+)"', html)
     assert len(images) == 9 and all((finished / "results/report" / src).is_file() for src in images)
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    """A required integration check (tests/conftest.py `require`): without Chromium the browser check
-    fails under CI=true and is skipped elsewhere, before the workflow runs for it."""
-    from dmlrepro.report.browser import find_chromium
-
-    found = find_chromium()
-    require(
-        None
-        if found
-        else "chromium is not on PATH (.ci/install-chromium installs it): the report's browser check cannot run"
-    )
-    return found
 
 
 def test_report_loads_in_chromium(chromium, finished, tmp_path):
