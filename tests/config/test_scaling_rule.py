@@ -60,8 +60,15 @@ COMPARISONS = [
     {"c2", "c2_xbm", "c2_asap"},
 ]
 #: the validation of PFML's and RSW's comparisons: the protocol's validation classes (the last fifth of the
-#: manifest's training labels, docs/data.md), 10 epochs of patience
-PROTOCOL_VALIDATION = {"split": "fold", "scheme": "linspace", "n_folds": 5, "fold": 4, "patience": 10}
+#: manifest's training labels, docs/data.md), 10 epochs of patience, an improvement of more than 0.001 MAP@R
+PROTOCOL_VALIDATION = {
+    "split": "fold",
+    "scheme": "linspace",
+    "n_folds": 5,
+    "fold": 4,
+    "patience": 10,
+    "min_delta": 1e-3,
+}
 
 
 def _yaml(name):
