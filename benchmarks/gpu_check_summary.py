@@ -54,6 +54,7 @@ def summary(work: Path) -> dict:
         "epoch": _cases(work / "epoch.json"),
         "device_pipeline": _json(work / "device_pipeline.json"),
         "preflight": preflight,
+        "miniature_preflight": _json(work / "miniature_preflight.json"),
     }
 
 
@@ -145,7 +146,14 @@ def markdown(doc: dict, work: Path) -> str:
             f"{len(p['over_budget'])} runs over budget |"
         )
         lines += _eval_rows(p["configs"])
-    for path in [work / "retrieval.log", *sorted(work.glob("preflight_*.txt"))]:
+    if doc["miniature_preflight"]:
+        p = doc["miniature_preflight"]
+        lines.append(
+            f"| the faithful miniature's preflight | {len(p['configs'])} shapes, {p['total_hours']:,.2f} h with every "
+            "run at its cap (an upper bound: its runs stop at their validation plateaus) |"
+        )
+    texts = [work / "retrieval.log", work / "miniature_preflight.txt", *sorted(work.glob("preflight_*.txt"))]
+    for path in texts:
         if path.is_file():
             lines += ["", f"## {path.name}", "```", *path.read_text().splitlines()[-30:], "```"]
     return "\n".join(lines) + "\n"

@@ -48,6 +48,7 @@ def test_tiny_check_runs_every_step_on_the_cpu(tmp_path):
     assert r.returncode == 0, (r.stdout, r.stderr, doc["verdict"], steps)
     expected = ["probe", "cuda_lane", "suite_device_auto", "pipeline_all", "pipeline_8cpu", "epoch", "retrieval"]
     assert list(steps)[: len(expected)] == expected and "preflight_rsw_table2" in steps
+    assert doc["miniature_preflight"]["total_hours"] > 0  # the miniature's data is not prepared there either
     failed = {name: s for name, s in steps.items() if s["exit"] != 0}
     assert not failed, failed
     lane = doc["cuda_lane"]

@@ -1,6 +1,7 @@
 """The preflight's data and weights for the multi-digit datasets (docs/data.md#multi-digit-mnist): an
 unprepared double_mnist / triple_mnist is a stand-in with the protocol's training counts, and a run that
-fine-tunes from an unbuilt digit trunk is measured from random initialisation with one warning."""
+fine-tunes from an unbuilt digit trunk is measured from random initialisation with one warning (the
+projection of an unprepared one: tests/preflight/test_preflight_cli.py)."""
 
 from __future__ import annotations
 

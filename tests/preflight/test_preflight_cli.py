@@ -1,5 +1,6 @@
 """`dmlrepro preflight` end to end on the CPU: a tiny config (shapes stepped, hours projected, the
-JSON's schema), a failing shape, an over-budget run, missing weights, and the whole paper config."""
+JSON's schema), an unprepared multi-digit set, a failing shape, an over-budget run, missing weights,
+and the whole paper config."""
 
 import json
 import subprocess
@@ -72,6 +73,16 @@ def test_tiny_config(tmp_path, monkeypatch, capsys):
     assert sum(doc["run_hours"].values()) == pytest.approx(doc["total_hours"])  # dmlrepro plan's per-dataset hours
     assert doc["over_budget"] == []
     assert "every shape stepped and every run fits its time budget" in printed
+
+
+def test_an_unprepared_multidigit_set_is_projected_at_its_protocols_counts(tmp_path, monkeypatch):
+    """A GPU node has no MNIST: the faithful miniature's projection there stands on the protocol's counts."""
+    config = yaml.safe_load(TINY)
+    config["datasets"] = {"double_mnist": {"dataset": {"name": "double_mnist", "params": {"images_per_class": 4}}}}
+    config["experiments"] = {"table": {"methods": ["pa"], "datasets": ["double_mnist"], "seeds": [0]}}
+    status, doc = preflight(tmp_path, monkeypatch, config)
+    assert status == 0 and [c["status"] for c in doc["configs"]] == ["ok"]
+    assert doc["total_hours"] > 0 and not (tmp_path / "data" / "double_mnist").exists()
 
 
 def test_failing_shapes(tmp_path, monkeypatch, capsys):

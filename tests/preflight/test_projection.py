@@ -11,10 +11,10 @@ from dmlrepro.preflight.projection import (
     count_test_evaluations,
     job_budget_env,
     run_hours,
-    split_counts,
     steps_per_epoch,
     summarize,
 )
+from dmlrepro.preflight.sources import stand_in_counts
 from dmlrepro.train.config import resolve_run_config
 
 CUB = {"train_images": 5864, "test_images": 5924}  # CUB-200-2011's published split
@@ -26,9 +26,15 @@ def cub_run(**extra):
     )
 
 
-def test_counts_are_the_published_ones():
-    assert split_counts("cub200")["train_images"] == 5864
-    assert split_counts("sop")["test_images"] == 60502
+def test_counts_are_the_published_ones_or_the_protocols():
+    assert stand_in_counts({"name": "cub200"})["train_images"] == 5864
+    assert stand_in_counts({"name": "sop"})["test_images"] == 60502
+    # Multi-digit MNIST's protocol: 64 + 16 training and validation classes, 20 test classes (docs/data.md)
+    counts = stand_in_counts({"name": "double_mnist", "params": {"images_per_class": 60}})
+    assert (counts["train_images"], counts["test_images"]) == (80 * 60, 20 * 60)
+    counts = stand_in_counts({"name": "triple_mnist", "params": {"images_per_class": 6}})
+    assert (counts["train_images"], counts["test_images"]) == (800 * 6, 200 * 6)
+    assert stand_in_counts({"name": "made_up"}) is None
 
 
 def test_steps_and_evaluations():

@@ -18,6 +18,7 @@ from dmlrepro.report.claims import (
     claims_section,
     load_catalogue,
     load_check_ranges,
+    scale_spec,
     seed_tables,
     write_claims,
 )
@@ -173,8 +174,8 @@ def test_the_intro_names_the_catalogues_papers(report):
 BUILT = {"pfml_table1", "pfml_table3_w2"}  # the experiments build_report writes
 
 
-def _miniature_cells(claim):
-    return ((claim.get("scales") or {}).get("miniature") or {"cells": {}})["cells"].values()
+def _cells(claim):
+    return scale_spec(claim, "miniature")["cells"].values()
 
 
 def test_counts_add_up(report):
@@ -185,7 +186,7 @@ def test_counts_add_up(report):
     # every other claim on the two built experiments has one side with a single seed or no runs: its checks
     # fail; a claim on experiments not built is not run
     catalogue = load_catalogue(ROOT / "config" / "claims.yaml")
-    built = [c for c in catalogue if BUILT & {cell["experiment"] for cell in _miniature_cells(c)}]
+    built = [c for c in catalogue if BUILT & {cell["experiment"] for cell in _cells(c)}]
     assert counts[NOT_TESTABLE] == len(built) - 2 and counts["not run"] == len(catalogue) - len(built) > 0
     found = re.search(
         r"(\d+) hold</span>, <span class=\"open\">(\d+) not reproduced</span>,\s*<span class=\"open\">(\d+) "

@@ -39,11 +39,10 @@ from .projection import (
     measure_knn,
     profile_retries,
     run_hours,
-    split_counts,
     summarize,
 )
 from .shapes import Shape, group_runs, train_classes
-from .sources import data_source, missing_weights, weights_warning
+from .sources import data_source, missing_weights, stand_in_counts, weights_warning
 from .stepping import Measurement, preflight_config
 from .worker import ShapeWorker, available_memory_bytes
 
@@ -327,8 +326,8 @@ def _project(
     speed = Speed(m.step_seconds, m.batch_size, m.images_per_second, m.eval_images_per_second, int(m.workers or 0))
     costs = []
     for run in shape.runs:
-        counts = split_counts(
-            run.config["dataset"]["name"], _manifest_counts(run.config["dataset"]["name"], data_root, scratch)
+        counts = _manifest_counts(run.config["dataset"]["name"], data_root, scratch) or stand_in_counts(
+            run.config["dataset"]
         )
         e = run.config["eval"]
         knn = _knn_rate(run.config["model"]["embedding_size"], max(e["ks"]), device)
@@ -361,7 +360,7 @@ def _kcenter_seconds(classes: int, pool: int, p: int, dim: int, device: str = "c
 
 @functools.lru_cache(maxsize=64)
 def _manifest_counts(name: str, data_root: str, scratch: Path) -> dict[str, int] | None:
-    """Split counts of a prepared (or generated) dataset; None for a stand-in (published counts)."""
+    """Split counts of a prepared (or generated) dataset; None for a stand-in (its protocol's counts)."""
     root = scratch if name in EMBEDDED else data_root
     return load(name, root).counts() if is_prepared(root, name) else None
 

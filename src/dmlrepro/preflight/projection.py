@@ -71,19 +71,6 @@ class RunCost:
 
 
 # -- sizes -------------------------------------------------------------------------------------
-def split_counts(dataset: str, manifest_counts: Mapping[str, int] | None = None) -> dict[str, int]:
-    """Image counts per split (``train_images``, ``test_images``, ...): the prepared manifest's
-    when given, else the benchmark's published counts."""
-    if manifest_counts is not None:
-        return dict(manifest_counts)
-    # deferred: numpy, PIL, tqdm (the train job script starts without them)
-    from dmlrepro.data.benchmarks import BENCHMARKS
-
-    if dataset not in BENCHMARKS:
-        raise KeyError(f"dataset {dataset!r}: no published counts; prepare it to project its runs")
-    return dict(BENCHMARKS[dataset].expected_counts)
-
-
 def validation_share(cfg: Mapping[str, Any]) -> float:
     """The share of the training images that validate (0 without a validation split)."""
     v = cfg.get("validation") or {}

@@ -99,10 +99,14 @@ def comparisons(claim: Mapping) -> list[tuple[str, str]]:
     return list(itertools.product(claim["better"], claim["worse"]))
 
 
+def scale_spec(claim: Mapping, scale: str | None) -> dict:
+    """The claim's entry for `scale` (`scales.<scale>`); a claim without one has no datasets and no cells there."""
+    return {"datasets": [], "cells": {}, **((claim.get("scales") or {}).get(scale) or {})}
+
+
 def _metrics(claim: Mapping, scale: str | None = None) -> list[str]:
     """The claim's metrics, or the scale's own (`scales.<scale>.metrics`) where it names them."""
-    spec = (claim.get("scales") or {}).get(scale) or {}
-    return list(spec.get("metrics") or claim["metrics"])
+    return list(scale_spec(claim, scale).get("metrics") or claim["metrics"])
 
 
 def _experiments(cell: Mapping) -> list[str]:
@@ -291,7 +295,7 @@ def evaluate_claim(
     the scale (`ranges`: the catalogue's `checks`); the verdict of the comparisons alone
     (`test_verdict`), the claim's `p`, its sensitivity set's results, the unmet conditions of a
     contradiction and its verdict (None: no cells here; see the module's docstring)."""
-    spec = (claim.get("scales") or {}).get(scale) or {"datasets": [], "cells": {}}
+    spec = scale_spec(claim, scale)
     rows = compare_cells(claim, scale, spec["cells"], tables)
     # an experiment the workflow did not build (opt-in, a staged run): not run, whatever its gates would find
     built = any(name in tables for cell in spec["cells"].values() for name in _experiments(cell))
@@ -330,7 +334,7 @@ def final_verdict(tested: str | None, failing: bool, sensitive_to: Sequence[str]
 
 def compare_cells(claim: Mapping, scale: str, cells: Mapping[str, Mapping], tables: Mapping[str, pd.DataFrame]):
     """One row per (better, worse) pair with both cells here, dataset and metric of the scale."""
-    spec = (claim.get("scales") or {}).get(scale) or {"datasets": []}
+    spec = scale_spec(claim, scale)
     paired = claim.get("test", "welch") == "paired"
     sign = -1 if claim.get("lower_is_better") else 1
     units = [
@@ -382,7 +386,7 @@ def reading_ids(alternative: Mapping) -> list[str]:
 def sensitivity_results(claim: Mapping, scale: str, tables: Mapping[str, pd.DataFrame]) -> list[dict]:
     """Per alternative of the scale's `sensitivity` set: its reading (as PFML-R4), label, the comparisons
     with the alternative's cells in place of the chosen reading's, and their verdict (None: no runs)."""
-    spec = (claim.get("scales") or {}).get(scale) or {}
+    spec = scale_spec(claim, scale)
     out = []
     for alternative in spec.get("sensitivity") or []:
         cells = {**spec["cells"], **alternative["cells"]}
@@ -406,11 +410,11 @@ def contradiction_unmet(
     claim: Mapping, scale: str, rows: Sequence[Mapping], checks: Sequence[Mapping], sensitivity: Sequence[Mapping]
 ) -> list[str]:
     """The conditions a contradiction needs that these runs do not meet (docs/report.md#verdicts)."""
-    spec = (claim.get("scales") or {}).get(scale) or {}
+    spec = scale_spec(claim, scale)
     unmet = []
     if not any(s["tuned"] and s["test_verdict"] is not None for s in sensitivity):
         unmet.append("equal tuning (no tuned alternative run: the same search budget for every side)")
-    sides = {claim["sides"][side] for side in spec.get("cells") or {}}
+    sides = {claim["sides"][side] for side in spec["cells"]}
     converged = {c["target"] for c in checks if c["name"] == "validation_plateau" and c["pass"]}
     if not sides <= converged:
         unmet.append("every side converged (validation_plateau on each)")
@@ -429,7 +433,7 @@ def gate_checks(
 ) -> list[dict]:
     """The scale's mechanism checks (report.mechanisms.run_check) on each of its datasets, each with the
     `target` it checked (a side's label, or the named cell) and its `dataset`."""
-    entries = ((claim.get("scales") or {}).get(scale) or {}).get("checks") or []
+    entries = scale_spec(claim, scale).get("checks") or []
     if entries and ranges is None:
         raise ValueError(f"claim {claim['id']}: its checks need the catalogue's expected ranges (`checks`)")
     out = []
