@@ -184,35 +184,42 @@ def test_rerun_through_the_profile_does_nothing(tiny_on_slurm):
 
 # -- a run longer than its allocations -----------------------------------------------------------
 
-STEP_SECONDS = 1.0
-RESUME = {
-    "data_root": "data",
-    "results": "results",
-    "defaults": {
-        "device": "cpu",  # the CI node's GPUs are fake: device auto would stop a job that asked for one
-        "model": {"backbone": "tiny_cnn", "embedding_size": 16},
-        "dataset": {
-            "image_size": 32,
-            "resize": 32,
-            "train_crop": "random",
-            "batch_size": 16,
-            "sampler": "m_per_class",
-            "m": 4,
-            "params": {"num_classes": 12, "images_per_class": 80},
+
+def synthetic_proxy_anchor(experiment, *, images_per_class, epochs, steps_per_epoch, metrics, resources, **defaults):
+    """A config of one cell, Proxy Anchor on 12 `synthetic` classes with tiny_cnn on the CPU (the CI node's GPUs
+    are fake: device auto would stop a job that asked for one); `resources`: its resources.train."""
+    dataset = {"image_size": 32, "resize": 32, "train_crop": "random", "batch_size": 16, "sampler": "m_per_class"}
+    dataset.update(m=4, params={"num_classes": 12, "images_per_class": images_per_class})
+    return {
+        "data_root": "data",
+        "results": "results",
+        "defaults": {
+            "device": "cpu",
+            "model": {"backbone": "tiny_cnn", "embedding_size": 16},
+            "dataset": dataset,
+            "epochs": epochs,
+            "steps_per_epoch": steps_per_epoch,
+            "eval": {"every": 0, "before_training": False, "ks": [1, 2]},
+            **defaults,
         },
-        "epochs": 3,
-        "steps_per_epoch": 30,  # 90 steps of >= STEP_SECONDS: longer than one 1-minute allocation
-        "eval": {"every": 0, "before_training": False, "ks": [1, 2]},
-    },
-    "datasets": {"synthetic": {"dataset": {"name": "synthetic"}}},
-    "methods": {"proxy_anchor": {"loss": {"name": "proxy_anchor"}}},
-    "experiments": {
-        "resume": {"methods": ["proxy_anchor"], "datasets": ["synthetic"], "metrics": ["recall@1", "recall@2"]}
-    },
+        "datasets": {"synthetic": {"dataset": {"name": "synthetic"}}},
+        "methods": {"proxy_anchor": {"loss": {"name": "proxy_anchor"}}},
+        "experiments": {experiment: {"methods": ["proxy_anchor"], "datasets": ["synthetic"], "metrics": metrics}},
+        "resources": {"train": resources},
+    }
+
+
+STEP_SECONDS = 1.0
+RESUME = synthetic_proxy_anchor(
+    "resume",
+    images_per_class=80,
+    epochs=3,
+    steps_per_epoch=30,  # 90 steps of >= STEP_SECONDS: longer than one 1-minute allocation
+    metrics=["recall@1", "recall@2"],
     # the shortest SLURM allows; warning 0: SLURM's own SIGTERM at the limit (a warning signal can
     # come up to a minute early, i.e. at once in a 1-minute job)
-    "resources": {"train": {"default": {"runtime": 1, "mem_mb": 1000, "gpu": 1, "warning": 0}}},
-}
+    resources={"default": {"runtime": 1, "mem_mb": 1000, "gpu": 1, "warning": 0}},
+)
 
 
 def test_a_run_longer_than_its_time_limit_resumes_across_allocations_to_the_same_result(tmp_path):

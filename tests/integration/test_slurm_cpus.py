@@ -12,37 +12,28 @@ import pytest
 import yaml
 
 from ..conftest import require
-from .test_slurm import REPO, SNAKEMAKE, _slurm_problem, cancel_leftovers, slurm_jobs, through_slurm, write_config
+from .test_slurm import (
+    REPO,
+    SNAKEMAKE,
+    _slurm_problem,
+    cancel_leftovers,
+    slurm_jobs,
+    synthetic_proxy_anchor,
+    through_slurm,
+    write_config,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-CONFIG = {
-    "data_root": "data",
-    "results": "results",
-    "defaults": {
-        "device": "cpu",  # the CI node's GPUs are fake: device auto would stop a job that asked for one
-        "model": {"backbone": "tiny_cnn", "embedding_size": 16},
-        "dataset": {
-            "image_size": 32,
-            "resize": 32,
-            "train_crop": "random",
-            "batch_size": 16,
-            "sampler": "m_per_class",
-            "m": 4,
-            "params": {"num_classes": 12, "images_per_class": 6},
-        },
-        "epochs": 1,
-        "steps_per_epoch": 2,
-        "eval": {"every": 0, "before_training": False, "ks": [1, 2]},
-        "num_workers": "auto",
-    },
-    "datasets": {"synthetic": {"dataset": {"name": "synthetic"}}},
-    "methods": {"proxy_anchor": {"loss": {"name": "proxy_anchor"}}},
-    "experiments": {"cpus": {"methods": ["proxy_anchor"], "datasets": ["synthetic"], "metrics": ["recall@1"]}},
-    "resources": {
-        "train": {"default": {"runtime": 5, "mem_mb": 1000, "gpu": 1, "cpus": 1}, "synthetic": {"cpus": 2}}
-    },  # the local node has 2 CPUs
-}
+CONFIG = synthetic_proxy_anchor(
+    "cpus",
+    images_per_class=6,
+    epochs=1,
+    steps_per_epoch=2,
+    metrics=["recall@1"],
+    resources={"default": {"runtime": 5, "mem_mb": 1000, "gpu": 1, "cpus": 1}, "synthetic": {"cpus": 2}},  # 2 CPUs here
+    num_workers="auto",
+)
 TABLE = "results/experiments/cpus.csv"
 
 
