@@ -89,3 +89,13 @@ def test_the_rules_output_pattern_names_the_file_a_run_reads():
     run = {"root": "data", "name": "cub200", "label_noise": {"rate": 0.2, "seed": 0, "mode": "other"}}
     filled = apply_wildcards(pattern, {"dataset": "cub200", "rate": "0.2", "seed": "0", "mode": "other"})
     assert filled == str(label_noise_path(run)) == "data/cub200/label_noise/rate0.2_seed0_other.csv"
+
+
+def test_the_workflow_prepares_the_whole_splits_file_only_for_a_run_without_a_validation_split():
+    """PFML Table 2 corrupts the labels a run trains on: a run holding classes out writes its own file."""
+    from dmlrepro.data.label_noise import label_noise_path, prepared_noise_file
+
+    run = {"root": "data", "name": "cub200", "label_noise": {"rate": 0.2, "seed": 0, "mode": "other"}}
+    assert prepared_noise_file(run, None) == label_noise_path(run) == prepared_noise_file(run, {"split": None})
+    assert prepared_noise_file(run, {"split": "fold", "n_folds": 5, "fold": 4}) is None
+    assert prepared_noise_file({**run, "label_noise": None}, None) is None

@@ -23,7 +23,7 @@ from dmlrepro.tuning.bayes import BEST_JSON, TRIALS_CSV
 from dmlrepro import jobserver
 from dmlrepro.report.claims import check_claims, load_catalogue, read_catalogue
 from dmlrepro.report.sections import check_report
-from dmlrepro.data.label_noise import label_noise_file, label_noise_path
+from dmlrepro.data.label_noise import label_noise_file, prepared_noise_file
 from dmlrepro.scheduler_timers import cancel_pending_timers
 from dmlrepro.train.state import RunDir
 
@@ -123,11 +123,11 @@ def run_inputs(wildcards):
     run asks for label noise (a run with a validation split corrupts its own training rows).
     """
     config = trained_run(wildcards).config
-    dataset = config["dataset"]
+    dataset = {**config["dataset"], "root": DATA}
     inputs = {"manifest": LAYOUT.manifest(dataset["name"])}
-    held_out = (config.get("validation") or {}).get("split") is not None
-    if dataset["label_noise"] is not None and not held_out:
-        inputs["label_noise"] = str(label_noise_path({**dataset, "root": DATA}))
+    noise = prepared_noise_file(dataset, config.get("validation"))
+    if noise is not None:
+        inputs["label_noise"] = str(noise)
     return inputs
 
 

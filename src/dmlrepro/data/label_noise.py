@@ -24,6 +24,7 @@ import numpy as np
 
 from ..atomic import atomic_write_text
 from .manifest import Manifest, ManifestError, read_manifest
+from .splits import has_validation_split
 
 
 def corrupt_labels(
@@ -62,6 +63,15 @@ def label_noise_path(dataset_cfg: Mapping[str, Any], rows: Sequence[int] | None 
         return path
     digest = hashlib.sha256(np.asarray(rows, dtype=np.int64).tobytes()).hexdigest()[:10]
     return path.with_name(f"{path.stem}_rows{digest}.csv")
+
+
+def prepared_noise_file(dataset_cfg: Mapping[str, Any], validation_cfg: Mapping[str, Any] | None) -> Path | None:
+    """The noisy-label file of the whole training split, which the workflow writes before the run; None
+    without label noise, or with a validation split: the run then corrupts its own training rows only and
+    writes that file itself (PFML Table 2 corrupts the labels a run trains on, never a held-out class's)."""
+    if dataset_cfg["label_noise"] is None or has_validation_split(validation_cfg):
+        return None
+    return label_noise_path(dataset_cfg)
 
 
 def label_noise_file(root: str | os.PathLike, dataset: str, rate: str, seed: Any, mode: str) -> Path:

@@ -17,8 +17,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
@@ -89,6 +89,11 @@ def sample_holdout(labels: Sequence[int], fraction: float = 0.1) -> tuple[np.nda
         val.append(class_rows[len(class_rows) - n_val :])
     val = np.sort(np.concatenate(val)) if val else np.zeros(0, dtype=int)
     return np.setdiff1d(np.arange(len(labels)), val), val
+
+
+def has_validation_split(validation_cfg: Mapping[str, Any] | None) -> bool:
+    """Whether a run's ``validation`` section holds part of the training split out (``validation.split``)."""
+    return bool(validation_cfg) and validation_cfg.get("split") is not None
 
 
 def split_indices(

@@ -24,7 +24,7 @@ from dmlrepro.data import ManifestDataset, MPerClassBatchSampler, RandomBatchSam
 from dmlrepro.data.label_noise import label_noise_path
 from dmlrepro.data.multidigit import SPECS as MULTIDIGIT
 from dmlrepro.data.registry import EMBEDDED
-from dmlrepro.data.splits import split_indices
+from dmlrepro.data.splits import has_validation_split, split_indices
 
 from .config import ConfigError, section_value
 
@@ -131,7 +131,7 @@ def validation_rows(validation_cfg: dict[str, Any] | None, manifest) -> tuple[np
     """(train rows, validation rows) of the run's validation split of the training split
     (``validation.split``: fold k of n_folds or RSW's 50/50 holdout, class-disjoint; or
     ``samples``, a fraction of each class's images), or None."""
-    if not validation_cfg or validation_cfg["split"] is None:
+    if not has_validation_split(validation_cfg):
         return None
     # a run's stored identity (config.yaml, the report's run records) drops `fraction` at its late default
     fraction = section_value(validation_cfg, "validation.fraction")
