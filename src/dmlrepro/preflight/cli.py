@@ -27,7 +27,9 @@ from tqdm import tqdm
 from dmlrepro.data import load
 from dmlrepro.data.prepared import is_prepared
 from dmlrepro.data.registry import EMBEDDED
+from dmlrepro.digit_trunk_recipe import DIGIT_TRUNK
 from dmlrepro.nested import deep_merge
+from dmlrepro.run_table import ResultsLayout
 from dmlrepro.train.config import resolve_run_config
 
 from .node import node_facts
@@ -191,8 +193,9 @@ def run_preflight(
     the table's rows and the problems (failed shapes, over-budget runs)."""
     warned: set[str] = set()
     rows, costs, problems, notes = [], [], [], {}
+    results = config.get("results", "results")
     # the run configs (and stand-in images) one after the other, then the measurements in parallel
-    prepared = [_prepare(shape, device, batch_size, data_root, scratch, warned) for shape in shapes]
+    prepared = [_prepare(shape, device, batch_size, data_root, scratch, warned, results) for shape in shapes]
     measured = _measure_all(prepared, steps, device, workers, shape_timeout)
     for shape, measurement, (_, _, note) in zip(shapes, measured, prepared):
         if note:
@@ -242,11 +245,12 @@ def run_preflight(
 
 
 def _prepare(
-    shape: Shape, device: str, batch_size: int | None, data_root: str, scratch: Path, warned: set[str]
+    shape: Shape, device: str, batch_size: int | None, data_root: str, scratch: Path, warned: set[str], results: str
 ) -> tuple[dict[str, Any] | Measurement, str | None, str | None]:
-    """(the run config to measure, or the failure; the weights file missing, if any; the data note)."""
-    cfg = shape.config
+    """(the run config to measure, or the failure; the weights file missing, if any; the data note). A run
+    that fine-tunes from the digit trunk looks for it where the workflow builds it under ``results``."""
     try:
+        cfg = DIGIT_TRUNK.with_folder(shape.config, ResultsLayout(results, data_root).trunk_dir())
         source = data_source(cfg["dataset"], data_root, scratch)
         weights = missing_weights(cfg["model"])
         if weights and weights not in warned:
@@ -390,7 +394,7 @@ def format_table(result: dict[str, Any], configfile: str, retries: int | None) -
     lines = [
         f"preflight of {configfile} on {facts['name']} ({facts['device']}; torch {facts['torch']}, CUDA "
         f"{facts['cuda']}, capability {facts['capability']}, bf16 {facts['bf16']}; faiss {facts['faiss']}, "
-        f"GPU build {facts['faiss_gpu_build']}, GPU search {facts['faiss_gpu_search']}; {facts['cpus']} CPUs)",
+        f"GPU build {facts['faiss_gpu_build']}, GPU search {facts['faiss_gpu_search']}; {facts['cpus']} CPU{'s' if facts['cpus'] != 1 else ''})",
         "",
     ]
     header = (
@@ -431,7 +435,7 @@ def format_table(result: dict[str, Any], configfile: str, retries: int | None) -
     doc = result["json"]
     lines += [
         "",
-        "projected hours (time limit × (retries + 1) per run: retries = "
+        "projected hours, every run to its cap (its budget: time limit × (retries + 1), retries = "
         f"{retries if retries is not None else '0, no profile found'})",
     ]
     projected = {cost.run_id for cost in result["costs"]}

@@ -137,8 +137,9 @@ def missing_weights(mcfg: dict[str, Any]) -> str | None:
 def weights_warning(name: str, cache_dir: str | None = None) -> str:
     """The one line printed per missing weight file."""
     if name == DIGIT_TRUNK.key:
+        where = f" in {cache_dir}" if cache_dir else ""
         return (
-            f"warning: the {DIGIT_TRUNK.title} is not built yet (rule pretrain_{DIGIT_TRUNK.key}): "
+            f"warning: the {DIGIT_TRUNK.title} is not built yet{where} (rule pretrain_{DIGIT_TRUNK.key}): "
             "the preflight uses random initialisation"
         )
     return (
