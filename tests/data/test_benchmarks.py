@@ -288,6 +288,10 @@ def test_cli(tmp_path, server, capsys):
     assert re.search(r"^cub200 +prepared ", out, re.M) and re.search(r"^sop +not prepared ", out, re.M)
     assert cli_main(["prepare", "cub200", "--root", str(tmp_path), "--seed", "3"]) == 2
     assert "--seed only apply to generated datasets" in capsys.readouterr().err
+    # a generated dataset names the options it does take: double_digits' canvas is the protocol's
+    assert cli_main(["prepare", "double_digits", "--root", str(tmp_path), "--size", "16"]) == 2
+    assert "double_digits does not take --size (it takes --seed, --images-per-class)" in capsys.readouterr().err
+    assert not (tmp_path / "double_digits").exists()
 
 
 def test_wrong_layout_cars_mat(tmp_path, server):

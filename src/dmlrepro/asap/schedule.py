@@ -141,28 +141,12 @@ class AlternationSchedule:
 
     def observe(self, step: int, value: float) -> Decision:
         """Feed the validation MAP@R measured after `step` training steps; returns what to do."""
-        if self.stopped:
-            raise RuntimeError("AlternationSchedule.observe called after the schedule stopped")
-        if step <= self.last_step and self.num_evaluations:
-            raise ValueError(f"AlternationSchedule.observe: steps must increase ({step} after {self.last_step})")
-        value = float(value)
-        if math.isnan(value):
-            raise ValueError(f"AlternationSchedule.observe: validation metric at step {step} is NaN")
+        value = self._checked(step, value)
         self.num_evaluations += 1
         self.projection_evals += 1
         self.last_step = step
         lam_before, projection_before = self.lam_eff, self.projection
-        # global early stopping (checked first)
-        improved_global = self._improves(value, self.best_global)
-        if improved_global:
-            self.best_global, self.best_global_step, self.bad_global = value, step, 0
-        else:
-            self.bad_global += 1
-        if self.global_patience_unit == "evaluations":
-            stop = self.bad_global >= self.global_patience
-        else:
-            stop = not improved_global and step - self.best_global_step >= self.global_patience
-        # projection convergence
+        improved_global, stop = self._observe_global(step, value)  # global early stopping: checked first
         improved_projection = self._improves(value, self.best_projection)
         if improved_projection:
             self.best_projection, self.best_projection_step, self.bad_projection = value, step, 0
@@ -192,19 +176,7 @@ class AlternationSchedule:
         if alternate or stop:
             self._close_projection(step, "alternation" if alternate else "early_stop")
         if alternate:
-            self.alternations.append(
-                {
-                    "alternation": len(self.alternations) + 1,
-                    "step": step,
-                    "from_projection": self.projection,
-                    "to_projection": self.projection + 1,
-                    "anchor": self.anchor,
-                    "anchor_step": self.best_projection_step if self.anchor == "best" else step,
-                }
-            )
-            self.projection += 1
-            self.projection_start, self.projection_evals = step, 0
-            self.best_projection, self.best_projection_step, self.bad_projection = -math.inf, step, 0
+            self._start_next_projection(step)
         self.stopped = stop
         return Decision(
             step,
@@ -218,6 +190,45 @@ class AlternationSchedule:
             self.projection,
             alternate and self.reset_optimizer,
         )
+
+    def _checked(self, step: int, value: float) -> float:
+        """``value`` as a float, once the call is valid: the schedule runs, steps increase, no NaN."""
+        if self.stopped:
+            raise RuntimeError("AlternationSchedule.observe called after the schedule stopped")
+        if step <= self.last_step and self.num_evaluations:
+            raise ValueError(f"AlternationSchedule.observe: steps must increase ({step} after {self.last_step})")
+        value = float(value)
+        if math.isnan(value):
+            raise ValueError(f"AlternationSchedule.observe: validation metric at step {step} is NaN")
+        return value
+
+    def _observe_global(self, step: int, value: float) -> tuple[bool, bool]:
+        """(a new global best, global early stopping: ASAP-R7's patience in evaluations or in steps)."""
+        improved = self._improves(value, self.best_global)
+        if improved:
+            self.best_global, self.best_global_step, self.bad_global = value, step, 0
+        else:
+            self.bad_global += 1
+        if self.global_patience_unit == "evaluations":
+            return improved, self.bad_global >= self.global_patience
+        return improved, not improved and step - self.best_global_step >= self.global_patience
+
+    def _start_next_projection(self, step: int) -> None:
+        """Record the alternation at ``step`` (its anchor: the projection's best step under ASAP-R4's
+        ``best``, else ``step``) and reset the projection's best."""
+        self.alternations.append(
+            {
+                "alternation": len(self.alternations) + 1,
+                "step": step,
+                "from_projection": self.projection,
+                "to_projection": self.projection + 1,
+                "anchor": self.anchor,
+                "anchor_step": self.best_projection_step if self.anchor == "best" else step,
+            }
+        )
+        self.projection += 1
+        self.projection_start, self.projection_evals = step, 0
+        self.best_projection, self.best_projection_step, self.bad_projection = -math.inf, step, 0
 
     def _close_projection(self, step: int, reason: str) -> None:
         self.projections.append(

@@ -69,6 +69,18 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+#: the generation options each generated dataset takes (a multi-digit set's canvas is the protocol's)
+GENERATION_OPTIONS = {
+    "synthetic": ("seed", "size", "num_classes", "images_per_class"),
+    "digits": ("size",),
+    **{name: ("seed", "images_per_class") for name in MULTIDIGIT},
+}
+
+
+class UsageError(ValueError):
+    """A command line that names options the dataset does not take (exit status 2)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.cmd == "datasets":
@@ -77,42 +89,11 @@ def main(argv: list[str] | None = None) -> int:
             state = "prepared" if is_prepared(args.root, name) else "not prepared"
             print(f"{name:{width}s} {state:13s} {describe(name)}")
         return 0
-    params = {}
-    embedded_opts = {
-        "--seed": args.seed,
-        "--num-classes": args.num_classes,
-        "--images-per-class": args.images_per_class,
-    }
-    if args.name != "digits":
-        embedded_opts["--size"] = args.size
-    if args.name in MULTIDIGIT:  # seed and images per class; --size is the protocol's canvas
-        embedded_opts = {"--size": args.size, "--num-classes": args.num_classes}
-    if args.name != "synthetic":
-        given = [k for k, v in embedded_opts.items() if v is not None]
-        if given:
-            print(f"error: {', '.join(given)} only apply to generated datasets, not to {args.name}", file=sys.stderr)
-            return 2
-    if args.name == "synthetic":
-        params = {
-            "seed": args.seed,
-            "size": args.size,
-            "num_classes": args.num_classes,
-            "images_per_class": args.images_per_class,
-        }
-        params = {k: v for k, v in params.items() if v is not None}
-    elif args.name in MULTIDIGIT:
-        params = {
-            k: v for k, v in {"seed": args.seed, "images_per_class": args.images_per_class}.items() if v is not None
-        }
-    elif args.name == "digits" and args.size is not None:
-        params = {"size": args.size}
-    md5 = {}
-    for item in args.md5:
-        f, sep, v = item.partition("=")
-        if not sep:
-            print(f"error: --md5 {item!r}: expected FILE=MD5", file=sys.stderr)
-            return 2
-        md5[f] = None if v.lower() == "none" else v
+    try:
+        params, md5 = generation_params(args), md5_overrides(args.md5)
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     try:
         path = prepare(
             args.name,
@@ -141,6 +122,32 @@ def main(argv: list[str] | None = None) -> int:
     counts = load(args.name, args.root).counts()
     print(f"{args.name}: {path} " + " ".join(f"{k}={v}" for k, v in counts.items()))
     return 0
+
+
+def generation_params(args: argparse.Namespace) -> dict[str, int]:
+    """The generation options given on the command line that ``args.name`` takes (GENERATION_OPTIONS);
+    any other given raises UsageError."""
+    given = {key: getattr(args, key) for key in ("seed", "num_classes", "images_per_class", "size")}
+    given = {key: value for key, value in given.items() if value is not None}
+    allowed = GENERATION_OPTIONS.get(args.name, ())
+    rejected = [f"--{key.replace('_', '-')}" for key in given if key not in allowed]
+    if rejected and allowed:
+        takes = ", ".join(f"--{key.replace('_', '-')}" for key in allowed)
+        raise UsageError(f"{args.name} does not take {', '.join(rejected)} (it takes {takes})")
+    if rejected:
+        raise UsageError(f"{', '.join(rejected)} only apply to generated datasets, not to {args.name}")
+    return given
+
+
+def md5_overrides(items: list[str]) -> dict[str, str | None]:
+    """``--md5 FILE=MD5`` options as FILE -> MD5 (``none``: do not check that file)."""
+    md5: dict[str, str | None] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"--md5 {item!r}: expected FILE=MD5")
+        md5[name] = None if value.lower() == "none" else value
+    return md5
 
 
 if __name__ == "__main__":

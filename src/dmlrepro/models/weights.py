@@ -298,17 +298,8 @@ def fetch_weights(
     expected = _expected_hash(spec, sha256)
     directory = _cache_dir(cache_dir)
     dest = directory / spec.filename
-    if dest.exists() and not force:
-        digest = sha256_file(dest)
-        want = expected or _read_sidecar(dest)
-        if want is not None and not _matches(digest, want):
-            raise ChecksumMismatchError(
-                f"cached file {dest} has sha256 {digest}, expected {want}. Delete it or re-run "
-                f"with --force: {fetch_command(name, directory)} --force"
-            )
-        if want is not None or allow_unverified:
-            _write_sidecar(dest, digest)
-            return dest
+    if dest.exists() and not force and _cached_file_verifies(name, dest, expected, allow_unverified):
+        return dest
     if expected is None and not allow_unverified:
         raise WeightsError(
             f"no sha256 is recorded for weights {name!r} ({spec.url}), so a download could not "
@@ -318,22 +309,8 @@ def fetch_weights(
 
     directory.mkdir(parents=True, exist_ok=True)
     source = url or spec.url
-    h = hashlib.sha256()
     with atomic_open(dest, "wb") as out:  # a mismatch below raises inside: the cache stays untouched
-        req = urllib.request.Request(source, headers={"User-Agent": "dmlrepro-fetch-weights"})
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            total = resp.headers.get("Content-Length")
-            bar = _progress_bar(total, spec.filename, progress)
-            try:
-                while chunk := resp.read(1 << 20):
-                    out.write(chunk)
-                    h.update(chunk)
-                    if bar is not None:
-                        bar.update(len(chunk))
-            finally:
-                if bar is not None:
-                    bar.close()
-        digest = h.hexdigest()
+        digest = _stream(source, out, spec.filename, timeout, progress)
         if expected is not None and not _matches(digest, expected):
             raise ChecksumMismatchError(
                 f"sha256 mismatch for weights {name!r} downloaded from {source}: got {digest}, "
@@ -348,6 +325,42 @@ def fetch_weights(
             )
     _write_sidecar(dest, digest)
     return dest
+
+
+def _cached_file_verifies(name: str, dest: Path, expected: str | None, allow_unverified: bool) -> bool:
+    """Whether the cached ``dest`` can be returned: its sha256 matches ``expected`` (or the digest recorded
+    beside it), or there is none and unverified files are allowed. A mismatch raises: the cache never
+    silently holds another file."""
+    digest = sha256_file(dest)
+    want = expected or _read_sidecar(dest)
+    if want is not None and not _matches(digest, want):
+        raise ChecksumMismatchError(
+            f"cached file {dest} has sha256 {digest}, expected {want}. Delete it or re-run "
+            f"with --force: {fetch_command(name, dest.parent)} --force"
+        )
+    if want is None and not allow_unverified:
+        return False
+    _write_sidecar(dest, digest)
+    return True
+
+
+def _stream(source: str, out, filename: str, timeout: float, progress: bool | None) -> str:
+    """Download ``source`` into the open file ``out`` in 1 MiB chunks (a progress bar named ``filename``);
+    the sha256 of what was written."""
+    h = hashlib.sha256()
+    req = urllib.request.Request(source, headers={"User-Agent": "dmlrepro-fetch-weights"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        bar = _progress_bar(resp.headers.get("Content-Length"), filename, progress)
+        try:
+            while chunk := resp.read(1 << 20):
+                out.write(chunk)
+                h.update(chunk)
+                if bar is not None:
+                    bar.update(len(chunk))
+        finally:
+            if bar is not None:
+                bar.close()
+    return h.hexdigest()
 
 
 def _progress_bar(total: str | None, desc: str, progress: bool | None):

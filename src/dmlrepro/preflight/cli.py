@@ -390,26 +390,49 @@ def _num(value: float | None, digits: int = 1) -> str:
 
 
 def format_table(result: dict[str, Any], configfile: str, retries: int | None) -> str:
+    """The printed preflight: the node, the shapes' measurements and notes, the projected hours, the problems."""
     facts = result["json"]["device"]
     lines = [
         f"preflight of {configfile} on {facts['name']} ({facts['device']}; torch {facts['torch']}, CUDA "
         f"{facts['cuda']}, capability {facts['capability']}, bf16 {facts['bf16']}; faiss {facts['faiss']}, "
-        f"GPU build {facts['faiss_gpu_build']}, GPU search {facts['faiss_gpu_search']}; {facts['cpus']} CPU{'s' if facts['cpus'] != 1 else ''})",
+        f"GPU build {facts['faiss_gpu_build']}, GPU search {facts['faiss_gpu_search']}; "
+        f"{facts['cpus']} CPU{'' if facts['cpus'] == 1 else 's'})",
+        "",
+        *_shape_lines(result),
+        "",
+        "projected hours, every run to its cap (its budget: time limit × (retries + 1), retries = "
+        f"{retries if retries is not None else '0, no profile found'})",
+        *_hour_lines(result),
         "",
     ]
-    header = (
-        "shape",
-        "runs",
-        "status",
-        "amp",
-        "batch",
-        "step s",
-        "data img/s",
-        "step img/s",
-        "eval img/s",
-        "metric s",
-        "peak MB",
-    )
+    problems = result["problems"]
+    if not problems:
+        return "\n".join([*lines, "every shape stepped and every run fits its time budget"])
+    lines += [f"{len(problems)} problem(s):"] + [f"  {p}" for p in problems[:SHOWN_PROBLEMS]]
+    if len(problems) > SHOWN_PROBLEMS:
+        lines.append(
+            f"  ... and {len(problems) - SHOWN_PROBLEMS} more (every over-budget run id: --json, key over_budget)"
+        )
+    return "\n".join(lines)
+
+
+SHAPE_COLUMNS = (
+    "shape",
+    "runs",
+    "status",
+    "amp",
+    "batch",
+    "step s",
+    "data img/s",
+    "step img/s",
+    "eval img/s",
+    "metric s",
+    "peak MB",
+)
+
+
+def _shape_lines(result: dict[str, Any]) -> list[str]:
+    """One row per shape (SHAPE_COLUMNS), then the notes: shared ones with their shape count, then each shape's."""
     body = [
         (
             shape.name,
@@ -426,41 +449,29 @@ def format_table(result: dict[str, Any], configfile: str, retries: int | None) -
         )
         for shape, m in result["rows"]
     ]
-    lines += _columns([header, *body])
+    lines = _columns([SHAPE_COLUMNS, *body])
     for note, names in result["notes"].items():
         lines.append(f"note: {note} ({len(names)} shape{'s' * (len(names) > 1)})")
-    for shape, m in result["rows"]:
-        for note in m.notes:
-            lines.append(f"note: {shape.name}: {note}")
+    lines += [f"note: {shape.name}: {note}" for shape, m in result["rows"] for note in m.notes]
+    return lines
+
+
+def _hour_lines(result: dict[str, Any]) -> list[str]:
+    """Hours per experiment (a failed shape's runs counted as not projected) and in total."""
     doc = result["json"]
-    lines += [
-        "",
-        "projected hours, every run to its cap (its budget: time limit × (retries + 1), retries = "
-        f"{retries if retries is not None else '0, no profile found'})",
-    ]
     projected = {cost.run_id for cost in result["costs"]}
 
-    def missing(run_ids) -> str:  # runs of failed shapes have no hours
+    def missing(run_ids) -> str:
         n = sum(run_id not in projected for run_id in run_ids)
         return f"  ({n} not projected: failed shape)" if n else ""
 
-    lines += _columns(
+    return _columns(
         [
             ("experiment", "runs", "hours"),
             *[(e["name"], str(len(e["runs"])), f"{e['hours']:,.2f}{missing(e['runs'])}") for e in doc["experiments"]],
             ("total", str(len(result["costs"])), f"{doc['total_hours']:,.2f}"),
         ]
     )
-    problems = result["problems"]
-    if problems:
-        lines += ["", f"{len(problems)} problem(s):"] + [f"  {p}" for p in problems[:SHOWN_PROBLEMS]]
-        if len(problems) > SHOWN_PROBLEMS:
-            lines.append(
-                f"  ... and {len(problems) - SHOWN_PROBLEMS} more (every over-budget run id: --json, key over_budget)"
-            )
-    else:
-        lines += ["", "every shape stepped and every run fits its time budget"]
-    return "\n".join(lines)
 
 
 def _columns(rows: list[tuple[str, ...]]) -> list[str]:

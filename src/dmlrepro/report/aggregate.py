@@ -198,58 +198,19 @@ def mlrc_records(records: Iterable[Mapping[str, Any]], fold_key: str = MLRC_FOLD
     the test metrics of the group's Complete run where the final stage has one (sweep key
     `complete`, RSW App. D-B). A group with a diverged or unfinished run is a diverged record. Each
     record needs `dir` (the run folder)."""
-    # torch (dmlrepro.evaluation, dmlrepro.tuning): deferred, so that dmlrepro.report imports without it
-    from dmlrepro.evaluation.mlrc import fold_ensemble_metrics
-    from dmlrepro.tuning.final import COMPLETE_KEY
-
-    groups: dict[tuple, dict[str, Any]] = {}
-    complete: dict[tuple, dict[str, Any]] = {}  # the final stage's Complete runs (RSW App. D-B)
-    for record in records:
-        sweep = dict(record["sweep"])
-        if sweep.pop(COMPLETE_KEY, False):
-            complete[(record["method"], record["dataset"], sweep_label(sweep), record["seed"])] = record
-            continue
-        if fold_key not in sweep:
-            raise ValueError(
-                f"MLRC experiment: run {record.get('run_id')} has no sweep key {fold_key!r} "
-                f"(sweep {sweep}); sweep {fold_key}: [0, 1, 2, 3]"
-            )
-        fold = sweep.pop(fold_key)
-        key = (record["method"], record["dataset"], sweep_label(sweep), record["seed"])
-        group = groups.setdefault(key, {"sweep": sweep, "folds": {}})
-        group["folds"][fold] = record
+    groups, complete = _fold_groups(records, fold_key)
     out = []
-    for (method, dataset, _, seed), group in groups.items():
+    for (method, dataset, label, seed), group in groups.items():
         folds = [group["folds"][k] for k in sorted(group["folds"])]
         results = [f["result"] for f in folds]
         diverged = any(r.get("status") != "completed" for r in results)
-        metrics: dict[str, float] = {}
-        if not diverged:
-            for name in results[0].get("metrics") or {}:
-                values = [r["metrics"].get(name) for r in results]
-                if all(v is not None for v in values):
-                    metrics[f"{name}@separated"] = sum(values) / len(values)
-            queries, galleries = _fold_embedding_files(folds)
-            ensemble = fold_ensemble_metrics(queries, ks=results[0].get("ks") or (1,), gallery_files=galleries)
-            metrics.update({f"{name}@concatenated": value for name, value in ensemble.items()})
-        timings = [f.get("timing") or {} for f in folds]
-        timing = {}
-        if all("train_hours" in t for t in timings):  # the cost of the whole ensemble
-            timing = {
-                "train_hours": sum(t["train_hours"] for t in timings),
-                "seconds_per_epoch": sum(t["seconds_per_epoch"] for t in timings) / len(timings),
-            }
+        metrics = {} if diverged else _ensemble_metrics(folds)
         untrained = {f"{name}@separated": value for name, value in _fold_means(results, "untrained_metrics").items()}
-        whole = complete.pop((method, dataset, sweep_label(group["sweep"]), seed), None)
-        if whole is not None:
-            if whole["result"].get("status") != "completed":
-                diverged = True
-            metrics.update(
-                {f"{name}@complete": value for name, value in (whole["result"].get("metrics") or {}).items()}
-            )
-            untrained.update(
-                {f"{name}@complete": value for name, value in (whole["result"].get("untrained_metrics") or {}).items()}
-            )
+        whole = complete.pop((method, dataset, label, seed), None)
+        if whole is not None:  # the Complete run's metrics beside the folds'
+            diverged = diverged or whole["result"].get("status") != "completed"
+            for key, target in (("metrics", metrics), ("untrained_metrics", untrained)):
+                target.update({f"{name}@complete": v for name, v in (whole["result"].get(key) or {}).items()})
         out.append(
             {
                 "method": method,
@@ -264,7 +225,7 @@ def mlrc_records(records: Iterable[Mapping[str, Any]], fold_key: str = MLRC_FOLD
                     "proxy_metrics": _fold_means(results, "proxy_metrics"),
                 },
                 "mechanism": _fold_mechanism([f.get("mechanism") or {} for f in folds]),
-                "timing": timing,
+                "timing": _ensemble_timing(folds),
             }
         )
     if complete:
@@ -273,6 +234,58 @@ def mlrc_records(records: Iterable[Mapping[str, Any]], fold_key: str = MLRC_FOLD
             f"MLRC experiment: a Complete run ({method}, {dataset}, {sweep!r}, seed {seed}) has no fold runs"
         )
     return out
+
+
+def _fold_groups(records: Iterable[Mapping[str, Any]], fold_key: str) -> tuple[dict[tuple, dict], dict[tuple, dict]]:
+    """(group key -> {"sweep": the sweep without the fold, "folds": fold -> record}, group key -> the
+    final stage's Complete run, RSW App. D-B); a group key is (method, dataset, sweep label, seed)."""
+    from dmlrepro.tuning.final import COMPLETE_KEY  # torch: deferred, so that dmlrepro.report imports without it
+
+    groups: dict[tuple, dict[str, Any]] = {}
+    complete: dict[tuple, dict[str, Any]] = {}
+    for record in records:
+        sweep = dict(record["sweep"])
+        if sweep.pop(COMPLETE_KEY, False):
+            complete[(record["method"], record["dataset"], sweep_label(sweep), record["seed"])] = record
+            continue
+        if fold_key not in sweep:
+            raise ValueError(
+                f"MLRC experiment: run {record.get('run_id')} has no sweep key {fold_key!r} "
+                f"(sweep {sweep}); sweep {fold_key}: [0, 1, 2, 3]"
+            )
+        fold = sweep.pop(fold_key)
+        key = (record["method"], record["dataset"], sweep_label(sweep), record["seed"])
+        groups.setdefault(key, {"sweep": sweep, "folds": {}})["folds"][fold] = record
+    return groups, complete
+
+
+def _ensemble_metrics(folds: list[Mapping[str, Any]]) -> dict[str, float]:
+    """`<metric>@separated` (the mean of the fold models' metrics, where every fold has it) and
+    `<metric>@concatenated` (their concatenated test embeddings) of completed fold runs."""
+    from dmlrepro.evaluation.mlrc import fold_ensemble_metrics  # torch: deferred, as above
+
+    results = [f["result"] for f in folds]
+    metrics: dict[str, float] = {}
+    for name in results[0].get("metrics") or {}:
+        values = [r["metrics"].get(name) for r in results]
+        if all(v is not None for v in values):
+            metrics[f"{name}@separated"] = sum(values) / len(values)
+    queries, galleries = _fold_embedding_files(folds)
+    ensemble = fold_ensemble_metrics(queries, ks=results[0].get("ks") or (1,), gallery_files=galleries)
+    metrics.update({f"{name}@concatenated": value for name, value in ensemble.items()})
+    return metrics
+
+
+def _ensemble_timing(folds: list[Mapping[str, Any]]) -> dict[str, float]:
+    """The whole ensemble's cost: its folds' training hours summed, their seconds per epoch averaged
+    (empty unless every fold has them)."""
+    timings = [f.get("timing") or {} for f in folds]
+    if not all("train_hours" in t for t in timings):
+        return {}
+    return {
+        "train_hours": sum(t["train_hours"] for t in timings),
+        "seconds_per_epoch": sum(t["seconds_per_epoch"] for t in timings) / len(timings),
+    }
 
 
 def _fold_means(results: list[Mapping[str, Any]], key: str) -> dict[str, float]:

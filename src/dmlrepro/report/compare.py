@@ -71,14 +71,6 @@ def comparison_table(
         raise ValueError(f"uncertainty {uncertainty!r}: expected one of {sorted(UNCERTAINTIES)}")
     suffix, within_factor = UNCERTAINTIES[uncertainty]
     aggregated = aggregated.assign(sweep=aggregated["sweep"].astype(object).where(aggregated["sweep"].notna(), ""))
-    if len(aggregated):
-        our_datasets = list(dict.fromkeys(aggregated["dataset"]))
-    else:  # a published-only table (no runs): its printed columns, in the reported table's order
-        printed_order = [] if reported is None else list(dict.fromkeys(reported["dataset"]))
-        our_datasets = sorted(
-            datasets,
-            key=lambda d: printed_order.index(datasets[d]) if datasets[d] in printed_order else len(printed_order),
-        )
     columns = [
         {
             "dataset": datasets.get(d, d),
@@ -86,7 +78,7 @@ def comparison_table(
             "metric": m,
             "stand_in": bool(len(aggregated)) and is_stand_in(d, datasets.get(d, d)),
         }
-        for d in our_datasets
+        for d in _column_datasets(aggregated, reported, datasets)
         for m in metrics
     ]
     paper = (
@@ -94,31 +86,19 @@ def comparison_table(
         if reported is None
         else {(r.method, r.dataset, r.metric): (r.value, r.std, r.value_text) for r in reported.itertuples()}
     )
-    rows = []
-    ours_printed = set(methods.values())
-    if reported is not None:  # the literature rows, in printed order
-        for name in dict.fromkeys(reported["method"]):
-            if name in ours_printed:
-                continue
-            cells = [_paper_cell(paper.get((name, c["dataset"], c["metric"]))) for c in columns]
-            if any(cell["paper"] is not None for cell in cells):
-                rows.append({"label": name, "source": "paper", "status": "", "cells": cells})
+    rows = _literature_rows(reported, paper, columns, set(methods.values()))
     for record in aggregated.to_dict("records"):
         printed = methods.get(record["method"])
-        cells = []
-        for column in columns:
-            cell = _paper_cell(paper.get((printed, column["dataset"], column["metric"])) if printed else None)
-            if record["dataset"] != column["ours_dataset"]:
-                cells.append({**cell, "ours": None, "ours_std": None, "delta": None, "sigma": None, "within": None})
-                continue
-            metric = column["metric"]
-            ours = _num(record.get(f"{metric}_mean"))
-            ours_std = _num(record.get(f"{metric}_{suffix}"))
-            ours, ours_std = (None if v is None else paper_units(metric, v) for v in (ours, ours_std))
-            delta = sigma = within = None
-            if not column["stand_in"]:
-                delta, sigma, within = verdict(cell["paper"], cell["paper_std"], ours, ours_std, within_factor)
-            cells.append({**cell, "ours": ours, "ours_std": ours_std, "delta": delta, "sigma": sigma, "within": within})
+        cells = [
+            _our_cell(
+                record,
+                column,
+                _paper_cell(paper.get((printed, column["dataset"], column["metric"])) if printed else None),
+                suffix,
+                within_factor,
+            )
+            for column in columns
+        ]
         rows = _merge_row(
             rows,
             {
@@ -130,6 +110,47 @@ def comparison_table(
             },
         )
     return {"columns": columns, "rows": rows, "uncertainty": uncertainty}
+
+
+def _column_datasets(aggregated: pd.DataFrame, reported: pd.DataFrame | None, datasets: Mapping[str, str]) -> list[str]:
+    """Our datasets in the order of the runs; for a published-only table (no runs) every configured
+    dataset, in the reported table's column order."""
+    if len(aggregated):
+        return list(dict.fromkeys(aggregated["dataset"]))
+    printed_order = [] if reported is None else list(dict.fromkeys(reported["dataset"]))
+    return sorted(
+        datasets,
+        key=lambda d: printed_order.index(datasets[d]) if datasets[d] in printed_order else len(printed_order),
+    )
+
+
+def _literature_rows(reported: pd.DataFrame | None, paper: Mapping, columns: list[dict], ours: set[str]) -> list[dict]:
+    """The published rows of methods we do not run, in printed order (those with a value in our columns)."""
+    rows: list[dict] = []
+    if reported is None:
+        return rows
+    for name in dict.fromkeys(reported["method"]):
+        if name in ours:
+            continue
+        cells = [_paper_cell(paper.get((name, c["dataset"], c["metric"]))) for c in columns]
+        if any(cell["paper"] is not None for cell in cells):
+            rows.append({"label": name, "source": "paper", "status": "", "cells": cells})
+    return rows
+
+
+def _our_cell(record: Mapping, column: Mapping, cell: dict, suffix: str, within_factor: float) -> dict:
+    """One of our cells beside its published value ``cell``: empty outside the record's dataset; on a
+    stand-in dataset without the delta and verdict (another dataset's numbers are not comparable)."""
+    if record["dataset"] != column["ours_dataset"]:
+        return {**cell, "ours": None, "ours_std": None, "delta": None, "sigma": None, "within": None}
+    metric = column["metric"]
+    ours = _num(record.get(f"{metric}_mean"))
+    ours_std = _num(record.get(f"{metric}_{suffix}"))
+    ours, ours_std = (None if v is None else paper_units(metric, v) for v in (ours, ours_std))
+    delta = sigma = within = None
+    if not column["stand_in"]:
+        delta, sigma, within = verdict(cell["paper"], cell["paper_std"], ours, ours_std, within_factor)
+    return {**cell, "ours": ours, "ours_std": ours_std, "delta": delta, "sigma": sigma, "within": within}
 
 
 def _paper_cell(found) -> dict:

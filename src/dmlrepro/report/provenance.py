@@ -61,7 +61,9 @@ def device_description() -> str:
 
     if torch.cuda.is_available():
         return f"{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda}) on {platform.node()}"
-    return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads) on {platform.node()}"
+    threads = torch.get_num_threads()
+    cpu = platform.processor() or platform.machine()
+    return f"CPU ({cpu}, {threads} thread{'' if threads == 1 else 's'}) on {platform.node()}"
 
 
 def provenance(

@@ -214,18 +214,9 @@ def run_search(
     or direction in the same ``outdir`` raises :class:`SearchError`.
     """
     params = parse_space(space)
-    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
-        raise ValueError(f"trials = {trials!r}: expected an integer >= 1")
-    if not isinstance(startup_trials, int) or isinstance(startup_trials, bool) or startup_trials < 0:
-        raise ValueError(f"startup_trials = {startup_trials!r}: expected an integer >= 0")
-    if sampler not in SAMPLERS:
-        raise ValueError(f"sampler = {sampler!r}: expected one of {', '.join(SAMPLERS)}")
-    if direction not in DIRECTIONS:
-        raise ValueError(f"direction = {direction!r}: expected 'maximize' or 'minimize'")
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ValueError(f"seed = {seed!r}: expected an integer")
-    if not isinstance(base_config, Mapping):
-        raise ValueError(f"base config: expected a mapping (a partial run config), got {type(base_config).__name__}")
+    _check_arguments(
+        base_config, trials=trials, startup_trials=startup_trials, sampler=sampler, direction=direction, seed=seed
+    )
     base_config = copy.deepcopy(dict(base_config))
     folds = list(folds) if folds is not None else None
     _check_config(base_config, params, folds)
@@ -252,22 +243,46 @@ def run_search(
         ) as bar:
             while (done := n_complete()) < trials:
                 study.sampler = make_sampler(sampler, _trial_seed(seed, done), startup_trials)
-                trial = study.ask()
-                try:
-                    value, attrs = _evaluate(trial, base_config, params, folds, outdir, direction)
-                except BaseException as error:
-                    trial.set_user_attr("error", f"{type(error).__name__}: {error}"[:2000])
-                    study.tell(trial, state=TrialState.FAIL)
-                    _write_outputs(study, outdir, params, folds, direction)
-                    raise
-                for k, v in attrs.items():
-                    trial.set_user_attr(k, v)
-                study.tell(trial, value)
+                _run_trial(study, TrialState, base_config, params, folds, outdir, direction)
                 best = _write_outputs(study, outdir, params, folds, direction)
                 bar.update(1)
                 if best is not None:
                     bar.set_postfix(best=f"{best['value']:.4f}")
         return _write_outputs(study, outdir, params, folds, direction)
+
+
+def _check_arguments(
+    base_config: Any, *, trials: Any, startup_trials: Any, sampler: str, direction: str, seed: Any
+) -> None:
+    """One-line errors for run_search's arguments, before any study is opened."""
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
+        raise ValueError(f"trials = {trials!r}: expected an integer >= 1")
+    if not isinstance(startup_trials, int) or isinstance(startup_trials, bool) or startup_trials < 0:
+        raise ValueError(f"startup_trials = {startup_trials!r}: expected an integer >= 0")
+    if sampler not in SAMPLERS:
+        raise ValueError(f"sampler = {sampler!r}: expected one of {', '.join(SAMPLERS)}")
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction = {direction!r}: expected 'maximize' or 'minimize'")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed = {seed!r}: expected an integer")
+    if not isinstance(base_config, Mapping):
+        raise ValueError(f"base config: expected a mapping (a partial run config), got {type(base_config).__name__}")
+
+
+def _run_trial(study, trial_state, base_config: dict, params, folds, outdir: Path, direction: str) -> None:
+    """Ask the study for one trial, train and score it, tell the study; a trial that raises is told
+    FAIL with its error (the outputs rewritten) and the error propagates."""
+    trial = study.ask()
+    try:
+        value, attrs = _evaluate(trial, base_config, params, folds, outdir, direction)
+    except BaseException as error:
+        trial.set_user_attr("error", f"{type(error).__name__}: {error}"[:2000])
+        study.tell(trial, state=trial_state.FAIL)
+        _write_outputs(study, outdir, params, folds, direction)
+        raise
+    for k, v in attrs.items():
+        trial.set_user_attr(k, v)
+    study.tell(trial, value)
 
 
 def _check_fingerprint(study, outdir: Path, fp: str, base_config, params, folds, direction) -> None:
