@@ -43,7 +43,7 @@ def _section(name="pfml_table1", **extra):
             "source": "ours",
             "method": "pfml",
             "status": "5/5 seeds",
-            "cells": [_cell(70.0, std=0.5), _cell(80.0, "83.0", -3.0, False, 0.4)],
+            "cells": [_cell(70.0, std=0.5), {**_cell(80.0, "83.0", -3.0, False, 0.4), "gain": 30.0}],  # untrained 50
         },
         {
             "label": "CPML",
@@ -131,6 +131,8 @@ def test_the_page_leads_with_the_summary(tmp_path):
     table = text[summary : text.index("</section>", summary)]
     assert table.count('<a href="#pfml_table1">') == 1 and table.count('<a href="#pfml_table1_ibn">') == 1
     assert "<td>83.0</td>" in table and "<td>-3.00</td>" in table and "<td>1/2</td>" in table
+    assert "<th>ours</th><th>over untrained</th><th>paper</th>" in table
+    assert "<td>80.00 ± 0.40</td>\n<td>+30.0</td>\n<td>83.0</td>" in table  # R@2 80 over its untrained 50
     assert '<td class="label"><span class="off">✗</span></td>' in table  # |Δ| = 3 outside: PFML R@2's verdict
     assert "not run — SOP is not prepared (dmlrepro prepare sop)" in table
     nav = text[text.index("<nav>") : text.index("</nav>")]
