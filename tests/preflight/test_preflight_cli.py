@@ -98,6 +98,7 @@ def test_failing_shapes(tmp_path, monkeypatch, capsys):
     assert status == 1
     failed = {e["name"]: e["error"] for e in doc["configs"] if e["status"] == "failed"}
     assert len(failed) == 2, failed
+    assert all(set(entry) == KEYS for entry in doc["configs"])  # an unresolved experiment's entry too
     assert "delta" in failed["experiment broken"]
     assert "memory_size" in next(error for name, error in failed.items() if "xbm_c2" in name)
     assert sum(e["status"] == "ok" for e in doc["configs"]) == 2  # the others still step

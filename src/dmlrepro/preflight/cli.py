@@ -222,20 +222,7 @@ def run_preflight(
     experiments, total = summarize(costs, members)
     doc = {
         "device": node_facts(torch.device(device)),
-        "configs": [_config_entry(shape, m) for shape, m in rows]
-        + [
-            {
-                "name": f"experiment {bad.name}",
-                "runs": [],
-                "status": "failed",
-                "error": bad.error,
-                "step_seconds": None,
-                "images_per_second": None,
-                "synthetic_images_per_second": None,
-                "peak_memory_mb": None,
-            }
-            for bad in unresolved
-        ],
+        "configs": [_config_entry(shape, m) for shape, m in rows] + [_unresolved_entry(bad) for bad in unresolved],
         "experiments": experiments,
         "total_hours": total,
         "run_hours": {cost.run_id: cost.hours for cost in costs},  # per run: dmlrepro plan's hours per dataset
@@ -369,18 +356,36 @@ def _manifest_counts(name: str, data_root: str, scratch: Path) -> dict[str, int]
     return load(name, root).counts() if is_prepared(root, name) else None
 
 
+#: a JSON config entry's measurements (docs/preflight.md#output)
+MEASURED = (
+    "step_seconds",
+    "images_per_second",
+    "synthetic_images_per_second",
+    "eval_images_per_second",
+    "eval_metric_seconds",
+    "peak_memory_mb",
+)
+
+
 def _config_entry(shape: Shape, m: Measurement) -> dict[str, Any]:
+    runs = [run.run_id for run in shape.runs]
     return {
         "name": shape.name,
-        "runs": [run.run_id for run in shape.runs],
+        "runs": runs,
         "status": m.status,
         "error": m.error,
-        "step_seconds": m.step_seconds,
-        "images_per_second": m.images_per_second,
-        "synthetic_images_per_second": m.synthetic_images_per_second,
-        "eval_images_per_second": m.eval_images_per_second,
-        "eval_metric_seconds": m.eval_metric_seconds,
-        "peak_memory_mb": m.peak_memory_mb,
+        **{k: getattr(m, k) for k in MEASURED},
+    }
+
+
+def _unresolved_entry(bad) -> dict[str, Any]:
+    """An experiment that does not resolve: a failed entry with the same keys, nothing measured."""
+    return {
+        "name": f"experiment {bad.name}",
+        "runs": [],
+        "status": "failed",
+        "error": bad.error,
+        **dict.fromkeys(MEASURED),
     }
 
 
