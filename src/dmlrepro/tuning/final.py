@@ -74,23 +74,15 @@ def final_runs(
         if folds
         else [(dict(point), {})]
     )
-    plateau = (tuned.get("followup") or {}).get("trigger") == "plateau"
     if spec.get("complete") is not None and complete_epochs is not None:
-        epochs = {"epochs": complete_epochs["epochs"]}
-        if tuned.get("followup", {}).get("epochs") or plateau:
-            epochs["followup"] = {"epochs": complete_epochs["followup_epochs"]}
-        if plateau:  # RSW App. D-B: fixed epochs per phase, as observed (no validation split to plateau on)
-            epochs["followup"]["trigger"] = "epochs"
-        variants.append(({**point, COMPLETE_KEY: True}, deep_merge(spec["complete"], epochs)))
+        variants.append(({**point, COMPLETE_KEY: True}, _complete_override(spec["complete"], tuned, complete_epochs)))
     runs: dict[str, Run] = {}
     position = 0
     for seed in spec["seeds"]:
         for sweep, override in variants:
             partial = deep_merge(deep_merge(tuned, override), {"seed": seed})
             if sweep.get(COMPLETE_KEY) and not partial.get("followup", {}).get("epochs", 0):
-                partial.setdefault("followup", {})[
-                    "loss"
-                ] = {}  # no fold run reached phase 2: the Complete run has none
+                partial.setdefault("followup", {})["loss"] = {}  # no fold run reached phase 2: none here either
             try:
                 resolved = without_late_defaults(resolve_run_config(partial))
             except ValueError as error:
@@ -109,6 +101,20 @@ def final_runs(
             add_run(runs, experiment, search.position[experiment] * 10_000 + position, run)
             position += 1
     return runs
+
+
+def _complete_override(
+    complete: Mapping[str, Any], tuned: Mapping[str, Any], complete_epochs: Mapping[str, int]
+) -> dict[str, Any]:
+    """The Complete run's overrides: `final.complete` with the fold runs' observed epochs; a followup
+    phase switched on a validation plateau becomes fixed epochs (RSW App. D-B: no validation split)."""
+    plateau = (tuned.get("followup") or {}).get("trigger") == "plateau"
+    epochs: dict[str, Any] = {"epochs": complete_epochs["epochs"]}
+    if tuned.get("followup", {}).get("epochs") or plateau:
+        epochs["followup"] = {"epochs": complete_epochs["followup_epochs"]}
+    if plateau:
+        epochs["followup"]["trigger"] = "epochs"
+    return deep_merge(complete, epochs)
 
 
 #: (search) -> the content of its best.json / its final stage's epochs.json, or None while unknown
