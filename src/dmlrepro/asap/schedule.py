@@ -37,7 +37,7 @@ e.g. the k-Center wall time and the covering radius).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from dmlrepro.config_names import ANCHORS  # the config check's choices, torch-free
 
@@ -132,9 +132,6 @@ class AlternationSchedule:
         if self.projection == 0 and not self.lambda_first_projection:
             return 0.0
         return self.lam
-
-    def is_eval_step(self, step: int) -> bool:
-        return step > 0 and step % self.eval_every == 0
 
     def _improves(self, value: float, best: float) -> bool:
         return value > best + self.min_delta
@@ -300,8 +297,3 @@ class AlternationSchedule:
     def load_state_dict(self, state: dict) -> None:
         for k, v in state.items():
             setattr(self, k, [dict(x) for x in v] if isinstance(v, list) else v)
-
-
-def decision_dict(decision: Decision) -> dict:
-    """A Decision as a plain dict (for logging)."""
-    return asdict(decision)

@@ -32,7 +32,6 @@ from ..atomic import atomic_write_text
 
 MANIFEST_NAME = "manifest.csv"
 REQUIRED_COLUMNS = ("path", "label", "split")
-OPTIONAL_COLUMNS = ("item_id",)
 SPLITS = ("train", "test", "query", "gallery")
 
 

@@ -242,13 +242,6 @@ def prepare_synthetic(
     )
 
 
-def class_keys(num_classes: int, seed: int, **_: object) -> set[tuple[int, int]]:
-    """The generator keys ``(seed, class index)`` of a parameter set: every class (its family's
-    modes and its images) is a function of its key alone, so two parameter sets share a class only
-    if they share a key."""
-    return {(int(seed), c) for c in range(int(num_classes))}
-
-
 def render_classes(
     num_classes: int, images_per_class: int, size: int, seed: int, modes: int, family_size: int
 ) -> tuple[np.ndarray, np.ndarray]:

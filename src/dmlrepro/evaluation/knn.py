@@ -91,10 +91,6 @@ def _is_torch_tensor(x: Any) -> bool:
     return torch.is_tensor(x)
 
 
-def is_cuda_tensor(x: Any) -> bool:
-    return _is_torch_tensor(x) and bool(getattr(x, "is_cuda", False))
-
-
 def to_float32_matrix(x: Any, name: str = "embeddings") -> np.ndarray:
     """A C-contiguous float32 (N, D) numpy copy/view of a torch tensor or array-like.
 

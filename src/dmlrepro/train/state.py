@@ -78,8 +78,6 @@ class RunDir:
     TRAIN_LOG = "train_log.csv"
     CHECKPOINTS = "checkpoints"
     FINAL_PROXIES = "final_proxies.npz"  # the loss's proxies after training, for the report (losses with proxies)
-    EMBEDDINGS = EMBEDDINGS_FILE
-    GALLERY = GALLERY_FILE
     VALIDATION_LOG = VALIDATION_LOG_FILE
 
     def __init__(self, root: str | Path):
