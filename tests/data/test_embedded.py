@@ -88,16 +88,3 @@ def test_recall_at_1_against_sklearn():
     nn = NearestNeighbors(n_neighbors=2, algorithm="brute").fit(x)
     idx = nn.kneighbors(x, return_distance=False)[:, 1]
     assert recall_at_1(x, y, chunk=64) == np.mean(y[idx] == y)
-
-
-def test_render_classes_gives_the_pixels_of_the_written_pngs(tmp_path):
-    """The stand-in's in-memory images (render_classes) are the PNGs prepare writes, key for key."""
-    from dmlrepro.data.synthetic import render_classes
-
-    kw = dict(num_classes=6, images_per_class=3, size=16, seed=2, modes=2, family_size=4)
-    m = read_manifest(prepare("synthetic", tmp_path, progress=False, **kw))
-    images, labels = render_classes(**kw)
-    assert len(m) == len(images) == 18 and labels.tolist() == [c for c in range(6) for _ in range(3)]
-    for i in range(len(m)):
-        with Image.open(m.abspath(i)) as im:
-            assert (np.asarray(im) == images[i]).all()

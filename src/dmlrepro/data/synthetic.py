@@ -240,18 +240,3 @@ def prepare_synthetic(
         standard_split(labels),
         info={"dataset": name, "params": p, "generation_seconds": round(seconds, 2)},
     )
-
-
-def render_classes(
-    num_classes: int, images_per_class: int, size: int, seed: int, modes: int, family_size: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Every image of the classes of a parameter set in memory, ``(N, size, size, 3)`` uint8 and
-    their labels: the pixels ``generate`` writes to PNG, without the files."""
-    specs = class_specs(num_classes, modes, family_size, seed)
-    images = [
-        np.asarray(render(spec, size, np.random.default_rng([seed, c, i])))
-        for c, spec in enumerate(specs)
-        for i in range(images_per_class)
-    ]
-    labels = np.repeat(np.arange(num_classes), images_per_class)
-    return np.stack(images), labels
