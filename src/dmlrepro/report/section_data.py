@@ -63,33 +63,8 @@ def improvement_rows(
     point: `delta` = variant − base (paper units), `delta_pct` = 100 · delta / base (None when the base
     is missing or 0). Rows come grouped by base loss: each base (declared order of its first variant's
     base) then its variants in declared order; methods in no pair last, each alone."""
-    order, groups = [], {}
-    for method in declared:
-        parent = base.get(method)
-        if parent is not None:
-            groups.setdefault(parent, [])
-            if parent not in order:
-                order.append(parent)
-            groups[parent].append(method)
-    drawn = set(order) | {m for ms in groups.values() for m in ms}
-    layout = [
-        row for parent in order for row in [(parent, parent, "base"), *((parent, m, "variant") for m in groups[parent])]
-    ]
-    layout += [(m, m, "alone") for m in declared if m not in drawn]
-    frame = (
-        aggregated.assign(sweep=aggregated["sweep"].astype(object).where(aggregated["sweep"].notna(), ""))
-        if len(aggregated)
-        else aggregated
-    )
-    values: dict[tuple, float | None] = {}
-    points = []
-    for record in frame.to_dict("records"):
-        point = (record["dataset"], record["sweep"])
-        if point not in points:
-            points.append(point)
-        value = record.get(f"{metric}_mean")
-        value = None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
-        values[(record["method"], *point)] = None if value is None else paper_units(metric, value)
+    layout, groups = _improvement_layout(base, declared)
+    points, values = _metric_means(aggregated, metric)
     out = []
     for dataset, sweep in points:
         for group, method, role in layout:
@@ -118,6 +93,46 @@ def improvement_rows(
                 }
             )
     return out
+
+
+def _improvement_layout(
+    base: Mapping[str, str], declared: Sequence[str]
+) -> tuple[list[tuple[str, str, str]], dict[str, list[str]]]:
+    """((group, method, role) in row order: each base loss then its variants, then the unpaired methods
+    alone; base -> its variants)."""
+    order: list[str] = []
+    groups: dict[str, list[str]] = {}
+    for method in declared:
+        parent = base.get(method)
+        if parent is not None:
+            if parent not in order:
+                order.append(parent)
+            groups.setdefault(parent, []).append(method)
+    drawn = set(order) | {m for ms in groups.values() for m in ms}
+    layout = [
+        row for parent in order for row in [(parent, parent, "base"), *((parent, m, "variant") for m in groups[parent])]
+    ]
+    return layout + [(m, m, "alone") for m in declared if m not in drawn], groups
+
+
+def _metric_means(aggregated: pd.DataFrame, metric: str) -> tuple[list[tuple], dict[tuple, float | None]]:
+    """(the (dataset, sweep label) points in table order, (method, dataset, sweep) -> `metric`'s mean in
+    paper units, None where NaN)."""
+    frame = (
+        aggregated.assign(sweep=aggregated["sweep"].astype(object).where(aggregated["sweep"].notna(), ""))
+        if len(aggregated)
+        else aggregated
+    )
+    values: dict[tuple, float | None] = {}
+    points: list[tuple] = []
+    for record in frame.to_dict("records"):
+        point = (record["dataset"], record["sweep"])
+        if point not in points:
+            points.append(point)
+        value = record.get(f"{metric}_mean")
+        value = None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+        values[(record["method"], *point)] = None if value is None else paper_units(metric, value)
+    return points, values
 
 
 def projection_steps(runs: Sequence[Mapping]) -> list[dict]:

@@ -510,19 +510,9 @@ def posterior_surface(
     from sklearn.gaussian_process import GaussianProcessRegressor
     from sklearn.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
-    frame = trials_frame
-    for key in (x_key, y_key):
-        if key not in frame.columns:
-            raise ValueError(
-                f"posterior_surface: no column {key!r} in the trials frame (columns: {list(frame.columns)})"
-            )
-    if "state" in frame.columns:
-        frame = frame[frame["state"] == "COMPLETE"]
-    frame = frame[np.isfinite(frame["value"].astype(float))]
-    if len(frame) < 2:
-        raise ValueError(f"posterior_surface: needs at least 2 completed trials, got {len(frame)}")
     if not isinstance(grid, int) or grid < 2:
         raise ValueError(f"posterior_surface: grid = {grid!r}: expected an integer >= 2")
+    frame = _completed_trials(trials_frame, x_key, y_key)
     xs, x_zero = _axis(frame[x_key].to_numpy(dtype=float), x_key, log_x, space)
     ys, y_zero = _axis(frame[y_key].to_numpy(dtype=float), y_key, log_y, space)
     values = frame["value"].to_numpy(dtype=float)
@@ -545,3 +535,18 @@ def posterior_surface(
     query = (np.column_stack([X.ravel(), Y.ravel()]) - lo) / span
     mean, std = gpr.predict(query, return_std=True)
     return Surface(X, Y, mean.reshape(X.shape), std.reshape(X.shape), xs, ys, values, x_zero, y_zero)
+
+
+def _completed_trials(frame, x_key: str, y_key: str):
+    """The trials frame's completed trials with a finite value (at least 2), once both axes are columns."""
+    for key in (x_key, y_key):
+        if key not in frame.columns:
+            raise ValueError(
+                f"posterior_surface: no column {key!r} in the trials frame (columns: {list(frame.columns)})"
+            )
+    if "state" in frame.columns:
+        frame = frame[frame["state"] == "COMPLETE"]
+    frame = frame[np.isfinite(frame["value"].astype(float))]
+    if len(frame) < 2:
+        raise ValueError(f"posterior_surface: needs at least 2 completed trials, got {len(frame)}")
+    return frame
