@@ -102,51 +102,33 @@ def check_report(
     if browser is None:
         raise FileNotFoundError("no chromium found on PATH (apt-get install chromium)")
     index_html = Path(index_html).resolve()
-    with (
-        tempfile.NamedTemporaryFile("w", suffix=".html", dir=index_html.parent, delete=False) as checked,
-        tempfile.TemporaryDirectory() as profile,
-    ):  # a fresh profile: no lock shared with another chromium
+    with tempfile.NamedTemporaryFile("w", suffix=".html", dir=index_html.parent, delete=False) as checked:
         checked.write(with_probe(index_html.read_text(encoding="utf-8")))
-        checked.close()
-        try:
-            dom = subprocess.run(
-                [
-                    browser,
-                    *FLAGS,
-                    f"--user-data-dir={profile}",
-                    f"--window-size={width},{height}",
-                    "--dump-dom",
-                    Path(checked.name).as_uri(),
-                ],
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-            )
-        finally:
-            os.unlink(checked.name)
+    try:
+        dom = _chromium(browser, (width, height), timeout, "--dump-dom", Path(checked.name).as_uri())
+    finally:
+        os.unlink(checked.name)
     found = re.search(r'<pre id="dmlrepro-check">([^<]*)</pre>', dom.stdout)
     if not found:  # its stderr is mostly D-Bus noise: the exit status says enough
         raise RuntimeError(
             f"chromium ({browser}) did not load {index_html} (exit status {dom.returncode}); "
             f"expected a page it can open"
         )
-    result = json.loads(html.unescape(found.group(1)))
     if screenshot:
-        with tempfile.TemporaryDirectory() as profile:
-            subprocess.run(
-                [
-                    browser,
-                    *FLAGS,
-                    f"--user-data-dir={profile}",
-                    f"--window-size={width},{height}",
-                    f"--screenshot={Path(screenshot).resolve()}",
-                    index_html.as_uri(),
-                ],
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-            )
-    return result
+        _chromium(browser, (width, height), timeout, f"--screenshot={Path(screenshot).resolve()}", index_html.as_uri())
+    return json.loads(html.unescape(found.group(1)))
+
+
+def _chromium(browser: str, window: tuple[int, int], timeout: float, *args: str) -> subprocess.CompletedProcess:
+    """Headless chromium on ``args`` in a ``window``-sized window, with a fresh profile (no lock shared with
+    another chromium)."""
+    with tempfile.TemporaryDirectory() as profile:
+        return subprocess.run(
+            [browser, *FLAGS, f"--user-data-dir={profile}", f"--window-size={window[0]},{window[1]}", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
