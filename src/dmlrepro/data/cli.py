@@ -130,13 +130,18 @@ def generation_params(args: argparse.Namespace) -> dict[str, int]:
     given = {key: getattr(args, key) for key in ("seed", "num_classes", "images_per_class", "size")}
     given = {key: value for key, value in given.items() if value is not None}
     allowed = GENERATION_OPTIONS.get(args.name, ())
-    rejected = [f"--{key.replace('_', '-')}" for key in given if key not in allowed]
+    rejected = [_option(key) for key in given if key not in allowed]
     if rejected and allowed:
-        takes = ", ".join(f"--{key.replace('_', '-')}" for key in allowed)
+        takes = ", ".join(map(_option, allowed))
         raise UsageError(f"{args.name} does not take {', '.join(rejected)} (it takes {takes})")
     if rejected:
         raise UsageError(f"{', '.join(rejected)} only apply to generated datasets, not to {args.name}")
     return given
+
+
+def _option(key: str) -> str:
+    """A generation option as typed on the command line: num_classes -> --num-classes."""
+    return f"--{key.replace('_', '-')}"
 
 
 def md5_overrides(items: list[str]) -> dict[str, str | None]:

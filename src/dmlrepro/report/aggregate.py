@@ -100,6 +100,13 @@ def sweep_label(point: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(point.items()))
 
 
+def with_blank_sweeps(aggregated: pd.DataFrame) -> pd.DataFrame:
+    """The aggregated table with the empty sweep point as "" (a table read back from CSV has NaN there)."""
+    if not len(aggregated):
+        return aggregated
+    return aggregated.assign(sweep=aggregated["sweep"].astype(object).where(aggregated["sweep"].notna(), ""))
+
+
 def sweep_points(aggregated: pd.DataFrame, key: str) -> pd.Series:
     """The swept value of `key` in each row of an aggregated table (sweep_label read back)."""
 

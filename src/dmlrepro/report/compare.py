@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from .aggregate import with_blank_sweeps
 from .reported import is_stand_in, paper_units
 
 WITHIN_SIGMAS = 2.0
@@ -70,7 +71,7 @@ def comparison_table(
     if uncertainty not in UNCERTAINTIES:
         raise ValueError(f"uncertainty {uncertainty!r}: expected one of {sorted(UNCERTAINTIES)}")
     suffix, within_factor = UNCERTAINTIES[uncertainty]
-    aggregated = aggregated.assign(sweep=aggregated["sweep"].astype(object).where(aggregated["sweep"].notna(), ""))
+    aggregated = with_blank_sweeps(aggregated)
     columns = [
         {
             "dataset": datasets.get(d, d),

@@ -17,7 +17,7 @@ from dmlrepro.data.manifest import read_manifest
 from dmlrepro.nested import dotted_get
 from dmlrepro.train.state import RunDir
 
-from .aggregate import sweep_label, untrained_column
+from .aggregate import sweep_label, untrained_column, with_blank_sweeps
 from .compare import row_label
 from .reported import paper_units
 
@@ -118,11 +118,7 @@ def _improvement_layout(
 def _metric_means(aggregated: pd.DataFrame, metric: str) -> tuple[list[tuple], dict[tuple, float | None]]:
     """(the (dataset, sweep label) points in table order, (method, dataset, sweep) -> `metric`'s mean in
     paper units, None where NaN)."""
-    frame = (
-        aggregated.assign(sweep=aggregated["sweep"].astype(object).where(aggregated["sweep"].notna(), ""))
-        if len(aggregated)
-        else aggregated
-    )
+    frame = with_blank_sweeps(aggregated)
     values: dict[tuple, float | None] = {}
     points: list[tuple] = []
     for record in frame.to_dict("records"):
