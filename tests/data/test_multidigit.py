@@ -148,9 +148,18 @@ def _digest(folder) -> dict[str, str]:
     }
 
 
+def _pixels_md5(folder) -> str:
+    """The decoded pixels of every image in manifest order (PNG bytes may change with the encoder)."""
+    digest = hashlib.md5()
+    for path in read_manifest(folder).paths:
+        digest.update(np.asarray(Image.open(folder / path)).tobytes())
+    return digest.hexdigest()
+
+
 def test_deterministic_and_pinned(tmp_path):
-    """Same seed: byte-identical folders; the manifest and the digit sources pinned for seed 123 (a
-    determinism check: the protocol's properties are the tests above); another seed: another split."""
+    """Same seed: byte-identical folders; the manifest, the digit sources and the composed pixels pinned for
+    seed 123 (a determinism check: the protocol's properties are the tests above; the pixels catch a change
+    of the construction, such as the digits' offsets, that the paths cannot); another seed: another split."""
     a, b = tmp_path / "a", tmp_path / "b"
     for root in (a, b):
         prepare("double_digits", root, progress=False, images_per_class=4)
@@ -158,6 +167,7 @@ def test_deterministic_and_pinned(tmp_path):
     got = _digest(a / "double_digits")
     assert got["manifest.csv"] == "0133be2d2ad16bac28af77851f2fdaf1"
     assert got[SOURCES_NAME] == "ba4960160e35dd4558de8a2fd1e0fd1e"
+    assert _pixels_md5(a / "double_digits") == "50edafe03db57a4648d71a82275b8db1"
     prepare("double_digits", tmp_path / "c", progress=False, images_per_class=4, seed=1)
     other = read_manifest(tmp_path / "c" / "double_digits")
     assert sorted({p.split("/")[2] for p in other.paths if p.startswith("images/test/")}) != sorted(

@@ -97,8 +97,10 @@ def _train_proxies(clip):
 
 
 def test_without_clipping_pfmls_proxies_are_trapped_and_clipping_frees_their_steps():
-    """The catalogue's proxy_step gate (≥ 0.1 of lr·√D): unclipped proxies fail it, clipped ones pass it."""
+    """The catalogue's proxy_step gate (≥ 0.1 of lr·√D): unclipped proxies fail it, clipped ones pass it. After
+    100 steps the other two diagnostics only lean the same way (unclipped: spread 0.71 δ, zero-gradient share
+    0.37; clipped: 0.88 δ, 0.28): the step gate is the one that separates the two runs here."""
     spread, zero, step = _train_proxies(None)
-    clipped_spread, _, clipped_step = _train_proxies(10.0)
-    assert spread < 1.0 and step < 0.1 and 0.0 <= zero <= 1.0
-    assert clipped_step > 0.1 and clipped_spread > spread
+    clipped_spread, clipped_zero, clipped_step = _train_proxies(10.0)
+    assert spread < 1.0 and step < 0.1
+    assert clipped_step > 0.1 and clipped_spread > spread and clipped_zero < zero

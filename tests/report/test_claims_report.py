@@ -8,6 +8,7 @@ import re
 from html import escape
 from pathlib import Path
 
+import jinja2
 import pytest
 from scipy import stats
 
@@ -278,3 +279,15 @@ def test_claims_json_matches_the_rendered_section(tmp_path, w2):
         },
         "not run": sum(c["verdict"] == "not run at this scale" for c in record["claims"]),
     }
+
+
+def test_a_not_testable_claim_names_the_readings_that_flip_its_tests():
+    """The overview's verdict cell: a failing gate decides the verdict, and a flip under a reading's
+    alternative is still shown beside it (docs/report.md#verdicts), not hidden behind "not testable"."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(ROOT / "reports" / "templates")), autoescape=True)
+    macros = env.get_template("claims_macros.html.j2").module
+    claim = {"verdict": NOT_TESTABLE, "failing_checks": ["proxy_spread (PFML, double_mnist)"], "sensitive_to": []}
+    assert "also changes" not in str(macros.untested(claim))
+    flipped = str(macros.untested({**claim, "sensitive_to": ["PFML-R15", "PFML-R4 + PFML-R15"]}))
+    assert "failing: proxy_spread (PFML, double_mnist)" in flipped
+    assert "the tests' verdict also changes under PFML-R15, PFML-R4 + PFML-R15" in flipped

@@ -13,6 +13,7 @@ from dmlrepro.report.claims import (
     CONTRADICTED,
     HOLDS,
     NOT_REPRODUCED,
+    NOT_TESTABLE,
     RECIPE_SENSITIVE,
     check_claims,
     claims_record,
@@ -114,6 +115,14 @@ def test_an_alternative_that_changes_the_verdict_makes_the_claim_recipe_sensitiv
     record = claims_record({"scale": "faithful", "alpha": 0.05, "counts": {}, "claims": [{**_claim(), **found}]})
     assert record["claims"][0]["sensitive_to"] == ["PFML-R4"]
     assert record["claims"][0]["sensitivity"][0]["label"] == "no clipping"
+
+
+def test_a_failing_gate_outranks_a_flip_which_stays_named():
+    """docs/report.md#verdicts: a failing mechanism check makes the claim not testable whatever its tests and
+    sensitivity set say (the runs lack the mechanism); the flip is still reported (`sensitive_to`)."""
+    found = evaluate_claim(_claim(), "faithful", _tables(alt=[0.70, 0.72, 0.71, 0.73, 0.69], early_stopped=0.0), RANGES)
+    assert found["failing_checks"] and found["sensitive_to"] == ["PFML-R4"]
+    assert found["verdict"] == NOT_TESTABLE
 
 
 def test_two_readings_taken_together_are_named_together():

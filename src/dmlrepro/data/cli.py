@@ -23,7 +23,11 @@ from .registry import DATASETS, describe, load, prepare
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dmlrepro", description="Download, verify and prepare datasets.")
+    p = argparse.ArgumentParser(
+        prog="dmlrepro",
+        description="Prepare datasets: download (or read a local copy), verify and index the benchmarks; "
+        "make the generated and composed ones here (docs/data.md).",
+    )
     sub = p.add_subparsers(dest="cmd", required=True, help="dmlrepro datasets or dmlrepro prepare")
     ls = sub.add_parser("datasets", help="list datasets and whether they are prepared under --root")
     ls.add_argument("--root", default="data", help="data folder (default: data)")
@@ -31,10 +35,18 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("name", choices=DATASETS, help="the dataset (`dmlrepro datasets` lists them; docs/data.md)")
     pr.add_argument("--root", default="data", help="data folder (default: data)")
     pr.add_argument(
-        "--url", action="append", default=[], help="download URL (per file; a URL ending in / is a base for all files)"
+        "--url",
+        action="append",
+        default=[],
+        help="cub200, cars196, sop, inshop, mnist, fashion_mnist: download URL (per file; a URL ending in / "
+        "is a base for all files)",
     )
     pr.add_argument(
-        "--archive", action="append", default=[], help="local file (or folder holding the files) instead of downloading"
+        "--archive",
+        action="append",
+        default=[],
+        help="cub200, cars196, sop, inshop, mnist, fashion_mnist: the file the URL serves (or a folder holding "
+        "the files), already downloaded; MNIST in another packaging: --from",
     )
     pr.add_argument(
         "--from",
@@ -55,15 +67,20 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--no-strict-counts", action="store_true", help="do not assert the papers' image/class counts")
     pr.add_argument("--force", action="store_true", help="prepare again even if a manifest exists")
     pr.add_argument(
-        "--seed", type=int, default=None, help="synthetic, double_mnist, triple_mnist, double_digits: generator seed"
+        "--seed",
+        type=int,
+        default=None,
+        help="generator seed; double_mnist, triple_mnist, double_digits (default 123): it draws the class "
+        "split too; synthetic (default 0)",
     )
-    pr.add_argument("--size", type=int, default=None, help="synthetic/digits: image size in px")
-    pr.add_argument("--num-classes", type=int, default=None, help="synthetic: number of classes")
+    pr.add_argument("--size", type=int, default=None, help="synthetic, digits: image size in px (default 32)")
+    pr.add_argument("--num-classes", type=int, default=None, help="synthetic: number of classes (default 128)")
     pr.add_argument(
         "--images-per-class",
         type=int,
         default=None,
-        help="synthetic, double_mnist, triple_mnist, double_digits: images per class",
+        help="double_mnist, triple_mnist, double_digits (default 1,000, the protocol's: triple_mnist is then "
+        "1,000,000 PNGs, about 4 GB); synthetic (default 40)",
     )
     pr.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
