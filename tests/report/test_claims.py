@@ -214,6 +214,7 @@ def test_a_scale_without_cells_is_not_run():
         "checks": [],
         "failing_checks": [],
         "sensitivity": [],
+        "at_plateau": {},
         "sensitive_to": [],
         "contradiction_unmet": [],
         "verdict": None,

@@ -125,6 +125,16 @@ def test_a_failing_gate_outranks_a_flip_which_stays_named():
     assert found["verdict"] == NOT_TESTABLE
 
 
+def test_each_alternative_says_how_many_of_its_runs_stopped_at_their_plateau():
+    """A flip read beside whether the alternative's runs converged: per side, the runs early stopping ended
+    (early_stopped 1) of all; the chosen cells' count too. Here the chosen runs all hit the cap."""
+    found = evaluate_claim(_claim(), "faithful", _tables(early_stopped=0.0), RANGES)
+    assert found["at_plateau"] == {"PFML": "0/5", "Proxy Anchor": "0/5"}
+    no_clipping, tuned = found["sensitivity"]
+    assert no_clipping["at_plateau"] == {"PFML": "5/5", "Proxy Anchor": "0/5"}  # only PFML's cell is replaced
+    assert tuned["at_plateau"] == {"PFML": "5/5", "Proxy Anchor": "5/5"}
+
+
 def test_two_readings_taken_together_are_named_together():
     """PFML-R4's and PFML-R15's alternatives at once: the claim is sensitive to the pair, not to either alone."""
     claim = _claim()

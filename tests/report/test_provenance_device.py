@@ -26,9 +26,11 @@ def _run(run_id: str, device: str = "auto") -> dict:
     }
 
 
-def _files(folder: Path, name: str, precision: dict | None) -> tuple[Path, Path]:
+def _files(folder: Path, name: str, precision: dict | None, stopped: int | None = None) -> tuple[Path, Path]:
     metrics, log = folder / f"{name}.json", folder / f"{name}.csv"
     record = {"status": "completed", **({"precision": precision} if precision is not None else {})}
+    if stopped is not None:
+        record["stopped_epoch"] = stopped
     metrics.write_text(json.dumps(record))
     log.write_text("epoch,seconds\n0,\n1,1800\n2,1800\n")
     return metrics, log
@@ -79,3 +81,23 @@ def test_the_provenance_table_fits_a_1400_px_window(chromium, tmp_path):
         REPO / "reports/templates",
     )
     assert check_report(out, width=1400)["overflowing"] == []
+
+
+def test_a_run_that_stopped_early_shows_where_beside_its_cap(tmp_path):
+    """docs/report.md: the provenance table's epochs are where early stopping ended a run, of its cap; a run
+    at its cap (metrics.json's stopped_epoch null) or recorded before the field existed shows the cap."""
+    runs = [_run("pfml-cub200-resnet50-s0-0123456789"), _run("pfml-cub200-resnet50-s1-1123456789")]
+    runs[0]["config"]["epochs"] = runs[1]["config"]["epochs"] = 80
+    files = [_files(tmp_path, "early", None, stopped=29), _files(tmp_path, "cap", None)]
+    listed = section_runs(runs, [m for m, _ in files], [log for _, log in files])
+    assert [r["stopped_epoch"] for r in listed] == [29, None]
+    out = tmp_path / "report" / "index.html"
+    render_report(
+        [],
+        [],
+        provenance(REPO, listed, {"pfml_table1": [r["run_id"] for r in listed]}),
+        out,
+        REPO / "reports/templates",
+    )
+    rows = [row for row in out.read_text().split("<tr>") if "pfml-cub200-resnet50-s" in row]
+    assert "<td>29 of 80</td>" in rows[0] and "<td>80</td>" in rows[1] and " of " not in rows[1]

@@ -312,6 +312,7 @@ def evaluate_claim(
         "checks": checks,
         "failing_checks": [f"{c['name']} ({c['target']}, {c['dataset']})" for c in failing],
         "sensitivity": sensitivity,
+        "at_plateau": at_plateau(claim, scale, spec["cells"], tables) if tested is not None else {},
         "sensitive_to": sensitive_to,
         "contradiction_unmet": unmet if tested == CONTRADICTED else [],
         "verdict": final_verdict(tested, bool(failing), sensitive_to, unmet),
@@ -398,11 +399,27 @@ def sensitivity_results(claim: Mapping, scale: str, tables: Mapping[str, pd.Data
                 "label": alternative["label"],
                 "tuned": bool(alternative.get("tuned")),
                 "test_verdict": claim_verdict(r["verdict"] for r in rows) if ran else None,
+                "at_plateau": at_plateau(claim, scale, cells, tables),
                 "comparisons": [
                     {k: r[k] for k in ("dataset", "metric", "better", "worse", "delta", "p", "verdict")} for r in rows
                 ],
             }
         )
+    return out
+
+
+def at_plateau(claim: Mapping, scale: str, cells: Mapping[str, Mapping], tables: Mapping[str, pd.DataFrame]):
+    """Per side, how many of its runs early stopping ended at their validation plateau, as "2/3" (the rest
+    ran to the cap): an alternative's flip read beside whether its runs converged."""
+    out = {}
+    for side, cell in cells.items():
+        stopped = [
+            v
+            for d in scale_spec(claim, scale)["datasets"]
+            for v in cell_values(tables, cell, d, "early_stopped").values()
+        ]
+        if stopped:
+            out[claim["sides"][side]] = f"{int(sum(stopped))}/{len(stopped)}"
     return out
 
 
@@ -551,8 +568,8 @@ def claims_record(section: Mapping | None) -> dict:
     """results/report/claims.json: per claim its id, paper, source, verdict ("not run at this scale"
     when it has no cells here), the comparisons' own verdict, p (claim_p), the failing checks, the
     readings it is sensitive to, the unmet conditions of a contradiction, the sensitivity set's
-    per-reading results and each check's name, target, dataset, value, expected range and pass; the same
-    evaluation as the section."""
+    per-reading results (each with its runs at their plateau), the chosen cells' runs at their plateau and
+    each check's name, target, dataset, value, expected range and pass; the same evaluation as the section."""
     if section is None:
         return {"scale": None, "alpha": ALPHA, "counts": {}, "claims": []}
     claims = [
@@ -567,6 +584,7 @@ def claims_record(section: Mapping | None) -> dict:
             "sensitive_to": c.get("sensitive_to", []),
             "contradiction_unmet": c.get("contradiction_unmet", []),
             "sensitivity": c.get("sensitivity", []),
+            "at_plateau": c.get("at_plateau", {}),
             "checks": [{k: check.get(k) for k in CHECK_FIELDS} for check in c.get("checks", [])],
             "comparisons": [
                 {k: r[k] for k in ("dataset", "metric", "better", "worse", "delta", "p", "verdict")}

@@ -115,7 +115,8 @@ def section_runs(
     runs: Sequence[Mapping[str, Any]], metrics_files: Sequence[str | Path], train_logs: Sequence[str | Path]
 ) -> list[dict[str, Any]]:
     """One experiment's runs as the provenance table lists them: run_id, method, dataset, seed, epochs
-    (from each run's resolved `config`), status, device (:func:`device_text`) and training / evaluation
+    (from each run's resolved `config`: the cap), stopped_epoch (metrics.json: where early stopping ended the
+    run; None at the cap), status, device (:func:`device_text`) and training / evaluation
     precision (metrics.json; the config's device for a run recorded before the precision was) and
     train_hours (train_log.csv)."""
     out = []
@@ -130,6 +131,7 @@ def section_runs(
                 "seed": run["seed"],
                 "device": device_text(precision, run["config"]["device"]),
                 "epochs": run["config"]["epochs"],
+                "stopped_epoch": record.get("stopped_epoch"),
                 **UNRECORDED_PRECISION,
                 **{f"{k}_precision": precision[k] for k in ("train", "eval") if k in precision},
                 "status": record.get("status"),
