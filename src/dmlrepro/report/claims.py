@@ -411,13 +411,9 @@ def sensitivity_results(claim: Mapping, scale: str, tables: Mapping[str, pd.Data
 def at_plateau(claim: Mapping, scale: str, cells: Mapping[str, Mapping], tables: Mapping[str, pd.DataFrame]):
     """Per side, how many of its runs early stopping ended at their validation plateau, as "2/3" (the rest
     ran to the cap): an alternative's flip read beside whether its runs converged."""
-    out = {}
+    datasets, out = scale_spec(claim, scale)["datasets"], {}
     for side, cell in cells.items():
-        stopped = [
-            v
-            for d in scale_spec(claim, scale)["datasets"]
-            for v in cell_values(tables, cell, d, "early_stopped").values()
-        ]
+        stopped = [v for d in datasets for v in cell_values(tables, cell, d, "early_stopped").values()]
         if stopped:
             out[claim["sides"][side]] = f"{int(sum(stopped))}/{len(stopped)}"
     return out
