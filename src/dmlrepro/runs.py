@@ -112,15 +112,19 @@ def add_run(runs: dict[str, Run], name: str, position: int, run: Run) -> None:
 
 
 def active_experiments(config: Mapping[str, Any]) -> list[str]:
-    """The experiments the workflow builds: all but those marked `opt_in: true` that the top-level
-    `opt_in` list does not name."""
+    """The experiments the workflow builds: all but the opt-in ones (`opt_in: true`, or the name of a
+    group of them) that the top-level `opt_in` list names neither alone nor by their group."""
     config = with_schema_defaults(config)
-    experiments = config["experiments"]
-    unknown = [name for name in config["opt_in"] if not (experiments.get(name) or {}).get("opt_in")]
+    experiments, chosen = config["experiments"], set(config["opt_in"])
+    groups = {exp["opt_in"] for exp in experiments.values() if isinstance(exp["opt_in"], str)}
+    offered = {name for name, exp in experiments.items() if exp["opt_in"]}
+    unknown = sorted(chosen - offered - groups)
     if unknown:
-        offered = sorted(name for name, exp in experiments.items() if exp["opt_in"])
-        raise ExperimentError(f"opt_in: {unknown[0]!r} is not an experiment marked opt_in: true; those are {offered}")
-    return [name for name, exp in experiments.items() if not exp["opt_in"] or name in config["opt_in"]]
+        raise ExperimentError(
+            f"opt_in: {unknown[0]!r} is neither an experiment marked opt_in nor a group of them; "
+            f"those are {sorted(offered)}, the groups {sorted(groups)}"
+        )
+    return [name for name, exp in experiments.items() if not exp["opt_in"] or {name, exp["opt_in"]} & chosen]
 
 
 def experiment_names(config: Mapping[str, Any], experiments: list[str] | None) -> list[str]:

@@ -48,16 +48,20 @@ def _arms() -> list[tuple[str, dict, dict, list[str]]]:
 
 
 @pytest.fixture(scope="module")
-def runs() -> dict[tuple[str, str, str, int], dict]:
-    """(experiment, method, dataset, seed) -> resolved run config, every opt-in experiment included."""
+def runs() -> dict[tuple[str, str, str, int, frozenset], dict]:
+    """(experiment, method, dataset, seed, sweep point) -> resolved run config, every opt-in experiment included."""
     config = merged_configs([str(ROOT / "config/miniature.yaml")])
     config["opt_in"] = [name for name, e in config["experiments"].items() if e.get("opt_in") and "search" not in e]
     table = RunTable(config)
     return {
-        (experiment, run.method, run.dataset, run.seed): run.config
+        (experiment, run.method, run.dataset, run.seed, _point(point)): run.config
         for run in table.runs.values()
-        for experiment in run.experiments
+        for experiment, point in run.experiments.items()
     }
+
+
+def _point(sweep: Mapping | None) -> frozenset:
+    return frozenset((sweep or {}).items())
 
 
 def _differing(a: Mapping, b: Mapping) -> set[str]:
@@ -65,8 +69,12 @@ def _differing(a: Mapping, b: Mapping) -> set[str]:
     return {key for key in fa.keys() | fb.keys() if fa.get(key) != fb.get(key)}
 
 
-def test_the_rsw_and_asap_claims_declare_their_consequential_readings():
+def test_every_faithful_claim_declares_its_consequential_readings():
     declared = {(claim, r) for claim, _, alt, _ in _arms() for r in reading_ids(alt)}
+    pfml = [c["id"] for c in load_catalogue(ROOT / "config/claims.yaml") if c["paper"] == "PFML" and "faithful" in c["scales"]]
+    assert len(pfml) == 9
+    for claim in pfml:
+        assert {(claim, "pfml-r4"), (claim, "pfml-r15")} <= declared, claim
     for claim in ("rsw-warp-beats-eq4",):
         assert (claim, "rsw-r25") in declared
     for claim in ("asap-beats-base-loss", "asap-beats-xbm"):
@@ -80,10 +88,13 @@ def test_an_arm_departs_from_the_chosen_cells_in_its_readings_keys_only(arm, run
     compared = 0
     for side, cell in alternative["cells"].items():
         base = chosen[side]
-        for (experiment, method, dataset, seed), config in runs.items():
-            if (experiment, method) != (cell["experiment"], cell["method"]) or dataset not in datasets:
+        for (experiment, method, dataset, seed, point), config in runs.items():
+            swept = _point(cell.get("sweep"))  # the cell's sweep point (an experiment's one-point sweep may go unnamed)
+            if (experiment, method) != (cell["experiment"], cell["method"]) or not swept <= point:
                 continue
-            other = runs[(base["experiment"], base["method"], dataset, seed)]
+            if dataset not in datasets:
+                continue
+            other = runs[(base["experiment"], base["method"], dataset, seed, point - swept | _point(base.get("sweep")))]
             differing = _differing(config, other)
             assert differing and differing <= expected, (side, dataset, seed, sorted(differing))
             compared += 1

@@ -187,6 +187,18 @@ def test_search_experiments_and_opt_in():
     assert len(resolve_runs({**base, "opt_in": ["costly"]})) == 2
     with pytest.raises(ExperimentError, match="opt_in: 'table'"):
         active_experiments({**base, "opt_in": ["table"]})
+    # a group: `opt_in: <name>` experiments are chosen by the group's name or their own
+    arm = {"methods": ["pa"], "datasets": ["digits"], "metrics": [], "opt_in": "arms"}
+    grouped = {
+        **base,
+        "experiments": {**base["experiments"], "arm_a": {**arm, "overrides": {"epochs": 3}},
+                        "arm_b": {**arm, "overrides": {"epochs": 4}}},
+    }
+    assert active_experiments(grouped) == ["table", "tune"]
+    assert active_experiments({**grouped, "opt_in": ["arms"]}) == ["table", "tune", "arm_a", "arm_b"]
+    assert active_experiments({**grouped, "opt_in": ["arm_b", "costly"]}) == ["table", "tune", "costly", "arm_b"]
+    with pytest.raises(ExperimentError, match="the groups \\['arms'\\]"):
+        active_experiments({**grouped, "opt_in": ["arm"]})
     bad = {
         **base,
         "experiments": {
