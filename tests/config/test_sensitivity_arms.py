@@ -71,7 +71,11 @@ def _differing(a: Mapping, b: Mapping) -> set[str]:
 
 def test_every_faithful_claim_declares_its_consequential_readings():
     declared = {(claim, r) for claim, _, alt, _ in _arms() for r in reading_ids(alt)}
-    pfml = [c["id"] for c in load_catalogue(ROOT / "config/claims.yaml") if c["paper"] == "PFML" and "faithful" in c["scales"]]
+    pfml = [
+        c["id"]
+        for c in load_catalogue(ROOT / "config/claims.yaml")
+        if c["paper"] == "PFML" and "faithful" in c["scales"]
+    ]
     assert len(pfml) == 9
     for claim in pfml:
         assert {(claim, "pfml-r4"), (claim, "pfml-r15")} <= declared, claim

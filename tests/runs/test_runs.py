@@ -191,8 +191,11 @@ def test_search_experiments_and_opt_in():
     arm = {"methods": ["pa"], "datasets": ["digits"], "metrics": [], "opt_in": "arms"}
     grouped = {
         **base,
-        "experiments": {**base["experiments"], "arm_a": {**arm, "overrides": {"epochs": 3}},
-                        "arm_b": {**arm, "overrides": {"epochs": 4}}},
+        "experiments": {
+            **base["experiments"],
+            "arm_a": {**arm, "overrides": {"epochs": 3}},
+            "arm_b": {**arm, "overrides": {"epochs": 4}},
+        },
     }
     assert active_experiments(grouped) == ["table", "tune"]
     assert active_experiments({**grouped, "opt_in": ["arms"]}) == ["table", "tune", "arm_a", "arm_b"]
