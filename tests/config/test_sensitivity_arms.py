@@ -92,8 +92,8 @@ def test_an_arm_departs_from_the_chosen_cells_in_its_readings_keys_only(arm, run
     compared = 0
     for side, cell in alternative["cells"].items():
         base = chosen[side]
+        swept = _point(cell.get("sweep"))  # the cell's sweep point (an experiment's one-point sweep may go unnamed)
         for (experiment, method, dataset, seed, point), config in runs.items():
-            swept = _point(cell.get("sweep"))  # the cell's sweep point (an experiment's one-point sweep may go unnamed)
             if (experiment, method) != (cell["experiment"], cell["method"]) or not swept <= point:
                 continue
             if dataset not in datasets:
