@@ -29,6 +29,17 @@ def test_runs_refuses_a_config_the_schema_refuses(tmp_path, capsys):
     assert "experiments.alpha.report: 'x' is a required property" in out and out.count("\n") == 1  # not the schema
 
 
+def test_an_empty_opt_in_group_is_refused(tmp_path, capsys):
+    """`opt_in: ""` would read as not opt-in (an empty string is false): the schema asks for a name."""
+    config = yaml.safe_load(TINY.read_text())
+    config["experiments"]["alpha"]["opt_in"] = ""
+    assert main(["--config", _write(tmp_path, config)]) == 2
+    assert "experiments.alpha.opt_in: '' should be non-empty" in capsys.readouterr().out
+    capsys.readouterr()
+    config["experiments"]["alpha"]["opt_in"] = "arms"  # a group's name
+    assert main(["--config", _write(tmp_path, config)]) == 0
+
+
 def test_runs_names_a_missing_schema(tmp_path, capsys):
     config = _write(tmp_path, yaml.safe_load(TINY.read_text()))
     assert main(["--config", config, "--schema", str(tmp_path / "none.yaml")]) == 2

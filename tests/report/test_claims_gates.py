@@ -17,7 +17,14 @@ CLAIM = next(c for c in load_catalogue(CATALOGUE) if c["id"] == "pfml-beats-prox
 RANGES = load_check_ranges(CATALOGUE)
 
 #: a PFML run that shows the mechanism: W₂ 0.15 < δ (Table 3's 0.16), proxies apart and moving
-WORKING = {"w2": 0.15, "proxy_spread": 1.5, "zero_grad_share": 0.1, "step_ratio": 0.4, "loss_last_change": 0.01}
+WORKING = {
+    "w2": 0.15,
+    "proxy_delta": 0.2,
+    "proxy_spread": 1.5,
+    "zero_grad_share": 0.1,
+    "step_ratio": 0.4,
+    "loss_last_change": 0.01,
+}
 
 
 def _tables(pfml=None, pfml_r1=(0.33, 0.34, 0.35), pa_r1=(0.28, 0.29, 0.30), untrained=0.24):

@@ -84,7 +84,11 @@ def w2_records(w2=W2):
             "dataset": "double_digits",
             "sweep": {},
             "seed": 0,
-            "result": {"status": "completed", "metrics": {"recall@1": 0.4}, "proxy_metrics": {"w2": w2}},
+            "result": {
+                "status": "completed",
+                "metrics": {"recall@1": 0.4},
+                "proxy_metrics": {"w2": w2, "proxy_delta": 0.2},
+            },
             "mechanism": {"loss_last_change": PLATEAU},
         }
     ]
@@ -240,7 +244,7 @@ def test_passing_checks_let_the_verdict_through(report):
     # Proxy Anchor 33.0 after training, 20.0 before: +13.0 points; paired t over the three seeds
     assert gain["value"] == pytest.approx(13.0) and gain["pass"]
     assert gain["p"] == pytest.approx(stats.ttest_rel([33, 30, 36], [20, 21, 19]).pvalue)
-    assert checks[("pfml_w2", "pfml_table3_w2: pfml")]["value"] == pytest.approx(W2)
+    assert checks[("pfml_w2", "pfml_table3_w2: pfml")]["value"] == pytest.approx(W2 / 0.2)  # W₂ over δ
     assert "untrained: 20.00 ± 1.00" in _block(html, "pfml-beats-proxy-anchor")
 
 

@@ -103,9 +103,10 @@ def test_seed_table_carries_untrained_values_and_mechanism_inputs():
         "alternations",
         "early_stopped",
         "loss_last_change",
-        "w2",
-        "avg_dtp",
         "rsw_alpha",
+        "w2",
+        "proxy_delta",
+        "avg_dtp",
         "proxy_spread",
         "zero_grad_share",
         "step_ratio",
@@ -192,8 +193,6 @@ def test_beats_untrained_is_a_paired_test_of_the_gain():
 @pytest.mark.parametrize(
     "name, column, values, value, ok",
     [
-        ("pfml_w2", "w2", [0.15, 0.17], 0.16, True),  # PFML Table 3: 0.16
-        ("pfml_w2", "w2", [5.8, 5.8], 5.8, False),  # the proxies left the data
         ("asap_alternations", "alternations", [5, 3, 4], 3, True),
         ("asap_alternations", "alternations", [5, 1, 4], 1, False),  # the run that barely alternates decides
         ("validation_plateau", "early_stopped", [1, 1], 1.0, True),
@@ -206,6 +205,20 @@ def test_range_checks(name, column, values, value, ok):
     found = run_check(name, RANGES[name], _reader(**{column: values}), "recall@1")
     assert found["value"] == pytest.approx(value) and found["pass"] is ok
     assert (found["detail"] == "") is ok
+
+
+def test_pfml_w2_is_measured_against_each_runs_own_delta():
+    # PFML Table 3: W₂ 0.16 at δ = 0.2 (supp. eq. 16: W₂ ≤ δ)
+    table3 = run_check("pfml_w2", RANGES["pfml_w2"], _reader(w2=[0.15, 0.17], proxy_delta=[0.2, 0.2]), "recall@1")
+    assert table3["value"] == pytest.approx(0.8) and table3["pass"] and table3["detail"] == ""
+    left = run_check("pfml_w2", RANGES["pfml_w2"], _reader(w2=[5.8, 5.8], proxy_delta=[0.2, 0.2]), "recall@1")
+    assert left["value"] == pytest.approx(29.0) and not left["pass"]  # the proxies left the data
+    # the same W₂ 0.25: above δ = 0.2, within a δ = 0.3 changed in the recipe (Fig. 3b's range)
+    wider = run_check("pfml_w2", RANGES["pfml_w2"], _reader(w2=[0.25], proxy_delta=[0.3]), "recall@1")
+    narrower = run_check("pfml_w2", RANGES["pfml_w2"], _reader(w2=[0.25], proxy_delta=[0.2]), "recall@1")
+    assert wider["pass"] and not narrower["pass"]
+    unrecorded = run_check("pfml_w2", RANGES["pfml_w2"], _reader(w2=[0.15]), "recall@1")
+    assert not unrecorded["pass"] and "proxy_delta" in unrecorded["detail"]
 
 
 def test_rsw_dtp_alpha_is_the_ratio():

@@ -42,6 +42,7 @@ def test_w2_of_pfml_proxies_equals_a_literal_assignment(tiny, tmp_path):
         d = np.linalg.norm(proxies[2 * c : 2 * c + 2, None, :] - z[None], axis=-1)
         per_class.append(min((d[0, a] + d[1, b]) / 2 for a, b in itertools.permutations(range(len(z)), 2)))
     assert record["proxy_metrics"]["w2"] == pytest.approx(np.mean(per_class), rel=1e-5)
+    assert record["proxy_metrics"]["proxy_delta"] == cfg["loss"]["hparams"].get("delta", 0.2)  # W₂'s gate (eq. 16)
 
 
 @pytest.mark.slow

@@ -36,14 +36,15 @@ from .timing import timing_metrics
 TIMING = ("seconds_per_epoch", "train_hours")  # kept for diverged runs too: they cost the time
 UNTRAINED = "@untrained"  # `<metric>@untrained`: the metric of the network before training (epoch 0)
 #: per-run inputs of the Claims section's mechanism checks (report.mechanisms): ASAP's alternations, whether
-#: validation early-stopped the run, the loss's last-epoch move, the proxy metrics, an RSW run's final α
+#: validation early-stopped the run, the loss's last-epoch move, an RSW run's final α, the proxy metrics (the
+#: loss's δ beside W₂: the bound of its gate, supp. eq. 16)
 TRAP_KEYS = (
     "proxy_spread",
     "zero_grad_share",
     "step_ratio",
 )  # dmlrepro.evaluation.proxy_trap.TRAP_KEYS (no torch here)
-MECHANISM_COLUMNS = ("alternations", "early_stopped", "loss_last_change", "w2", "avg_dtp", "rsw_alpha", *TRAP_KEYS)
-PROXY_COLUMNS = ("w2", "avg_dtp", *TRAP_KEYS)  # hidden for a diverged run, as its metrics
+PROXY_COLUMNS = ("w2", "proxy_delta", "avg_dtp", *TRAP_KEYS)  # hidden for a diverged run, as its metrics
+MECHANISM_COLUMNS = ("alternations", "early_stopped", "loss_last_change", "rsw_alpha", *PROXY_COLUMNS)
 
 
 def untrained_column(metric: str) -> str:

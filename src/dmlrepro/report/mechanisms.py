@@ -9,7 +9,7 @@ on one dataset and compares a number with the expected range of the catalogue (c
   beats_untrained     the cell's metric after training minus the same runs' untrained evaluation
                       (`<metric>@untrained`), mean over seeds in the paper's unit; passes above `low`
                       with a two-sided paired t-test p < 0.05 over the seeds (training adds)
-  pfml_w2             PFML's W₂ between proxies and their closest data, mean over the cell's runs
+  pfml_w2             PFML's W₂ between proxies and their closest data over the run's δ, mean over the cell's runs
   rsw_dtp_alpha       AvgDTP / α of an RSW warp (eq. 9 over eq. 7's α), mean over the cell's runs
   asap_alternations   the fewest alternations among the cell's runs
   validation_plateau  the share of the cell's runs that validation early stopping ended
@@ -73,8 +73,15 @@ def beats_untrained(read: Read, metric: str) -> Measured:
 
 
 def pfml_w2(read: Read, metric: str) -> Measured:
-    values = read("w2")
-    return Measured(_mean(values), len(values), missing="no W₂ (run config eval.proxy_metrics: [w2])")
+    """W₂ over each run's own δ (supp. eq. 16 bounds W₂ by δ): a δ changed in the recipe moves the bound."""
+    w2, delta = read("w2"), read("proxy_delta")
+    ratios = {s: w2[s] / delta[s] for s in w2 if s in delta}
+    why = (
+        "no W₂ (run config eval.proxy_metrics: [w2])"
+        if not w2
+        else "no δ beside W₂ (metrics.json proxy_metrics proxy_delta: a loss with a δ, evaluated by this version)"
+    )
+    return Measured(_mean(ratios), len(ratios), missing=why)
 
 
 def rsw_dtp_alpha(read: Read, metric: str) -> Measured:

@@ -460,9 +460,9 @@ KEYS: tuple[Key, ...] = (
         "eval.proxy_metrics",
         [],
         subset_of(PROXY_METRICS),
-        "after training: `w2` (PFML Table 3), `avg_dtp` (RSW Table III) and/or `trap` (the proxy-trap diagnostics "
-        "`proxy_spread`, `zero_grad_share`, `step_ratio`: [PFML-R4](readings/pfml.md#pfml-r4)) of the final proxies on "
-        "the training split (needs `eval.select: last`)",
+        "after training: `w2` (PFML Table 3; with the loss's δ, `proxy_delta`, its gate's bound), `avg_dtp` "
+        "(RSW Table III) and/or `trap` (the proxy-trap diagnostics `proxy_spread`, `zero_grad_share`, `step_ratio`: "
+        "[PFML-R4](readings/pfml.md#pfml-r4)) of the final proxies on the training split (needs `eval.select: last`)",
     ),
     Key(
         "eval.w_power",

@@ -88,6 +88,9 @@ def proxy_metrics(cfg: dict, embedder, train_eval_ds, labelmap, loss, optimizer=
     out = {}
     if "w2" in cfg["eval"]["proxy_metrics"]:
         out["w2"] = proxy_data_w2(emb, labels, proxies, proxy_labels, w_power=cfg["eval"]["w_power"])
+        delta = getattr(loss, "delta_att", None)  # the δ supp. eq. (16) bounds W₂ by (PFML's, CPML's)
+        if delta:
+            out["proxy_delta"] = float(delta)
     if "avg_dtp" in cfg["eval"]["proxy_metrics"]:
         out["avg_dtp"] = avg_dtp(emb, labels, proxies, proxy_labels)
     if "trap" in cfg["eval"]["proxy_metrics"]:
