@@ -74,6 +74,23 @@ def test_run_mechanism_reads_the_validation_summary(tmp_path):
     assert "loss_last_change" not in run_mechanism({"status": "diverged"}, _log(tmp_path, [2.0, 1.0]), {})
 
 
+def test_the_w2_bound_falls_back_to_the_configured_delta(tmp_path):
+    """A metrics.json evaluated before `proxy_delta` was recorded: the run config's δ (PFML, CPML) stands in;
+    the recorded δ wins where both are there."""
+    log = _log(tmp_path, [2.0, 1.0])
+    pfml = {"loss": {"name": "pfml", "hparams": {"delta": 0.3, "alpha": 4.0}}}
+    assert run_mechanism({"status": "completed"}, log, pfml)["proxy_delta"] == 0.3
+    assert "proxy_delta" not in run_mechanism({"status": "completed"}, log, {"loss": {"name": "pfml", "hparams": {}}})
+    assert "proxy_delta" not in run_mechanism(
+        {"status": "completed"}, log, {"loss": {"name": "rsw", "hparams": {"delta": 1}}}
+    )
+    record = {"method": "pfml", "dataset": "d", "sweep": {}, "seed": 0, "mechanism": {"proxy_delta": 0.3}}
+    older = seed_table([{**record, "result": {"status": "completed", "proxy_metrics": {"w2": 0.25}}}], ["recall@1"])
+    recorded = {"status": "completed", "proxy_metrics": {"w2": 0.25, "proxy_delta": 0.2}}
+    newer = seed_table([{**record, "result": recorded}], ["recall@1"])
+    assert older["proxy_delta"].tolist() == [0.3] and newer["proxy_delta"].tolist() == [0.2]
+
+
 def test_seed_table_carries_untrained_values_and_mechanism_inputs():
     records = [
         {
@@ -410,6 +427,7 @@ def test_rule_aggregate_reads_the_inputs_from_a_real_run(tmp_path):
     (row,) = pd.read_csv(seeds).to_dict("records")
     assert row["recall@1@untrained"] == pytest.approx(result["untrained_metrics"]["recall@1"], abs=1e-6)
     assert row["w2"] == pytest.approx(result["proxy_metrics"]["w2"], abs=1e-6)
+    assert row["proxy_delta"] == 0.2  # the loss's δ, PFML's default (the config leaves it): W₂'s gate bound
     losses = pd.read_csv(run.train_log).query("epoch > 0")["loss"].to_numpy()
     assert row["loss_last_change"] == pytest.approx(
         abs(losses[-1] - losses[-2]) / (losses.max() - losses.min()), abs=1e-6

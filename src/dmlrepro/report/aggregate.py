@@ -79,9 +79,18 @@ def final_rsw_alpha(config: Mapping[str, Any]) -> float | None:
     return float(alpha) if alpha is not None and math.isfinite(float(alpha)) and float(alpha) > 0 else None
 
 
+def configured_delta(config: Mapping[str, Any]) -> float | None:
+    """The δ (δ_att) a PFML or CPML run config states: W₂'s gate bound for a run whose metrics.json predates
+    `proxy_metrics.proxy_delta` (None where the config leaves δ to the loss's default)."""
+    loss = config.get("loss") or {}
+    delta = (loss.get("hparams") or {}).get("delta")
+    return float(delta) if loss.get("name") in ("pfml", "cpml") and delta is not None else None
+
+
 def run_mechanism(result: Mapping[str, Any], train_log: str | os.PathLike, config: Mapping[str, Any]) -> dict:
     """A run's inputs of the mechanism checks that its metrics do not hold: ASAP's alternations and
-    the early stop (metrics.json `validation`), the loss's last-epoch move (train_log.csv), the final α."""
+    the early stop (metrics.json `validation`), the loss's last-epoch move (train_log.csv), the final α,
+    the configured δ (configured_delta)."""
     out: dict[str, float] = {}
     validation = result.get("validation") or {}
     if validation:
@@ -93,6 +102,9 @@ def run_mechanism(result: Mapping[str, Any], train_log: str | os.PathLike, confi
     alpha = final_rsw_alpha(config)
     if alpha is not None:
         out["rsw_alpha"] = alpha
+    delta = configured_delta(config)
+    if delta is not None:
+        out["proxy_delta"] = delta
     return out
 
 
@@ -139,13 +151,15 @@ def seed_table(records: Iterable[Mapping[str, Any]], metrics: list[str], *, last
             "seed": record["seed"],
             "diverged": result.get("status") == "diverged",
         }
+        mechanism = record.get("mechanism") or {}
         measured = {
             **(record.get("timing") or {}),
+            **{k: v for k, v in mechanism.items() if k in PROXY_COLUMNS},  # the config's δ, under the recorded one
             **(result.get("proxy_metrics") or {}),
             **(result.get("corruption_metrics") or {}),
             **(result.get("metrics") or {}),
             **{untrained_column(k): v for k, v in (result.get("untrained_metrics") or {}).items()},
-            **{k: v for k, v in (record.get("mechanism") or {}).items() if k not in PROXY_COLUMNS},
+            **{k: v for k, v in mechanism.items() if k not in PROXY_COLUMNS},
         }
         for metric in columns:
             value = measured.get(metric)
