@@ -1,5 +1,6 @@
 """The instruction set torch's CPU kernels use: one level on every x86-64 host, so that a CPU run's
-numbers do not depend on which machine ran it (docs/training.md#bit-exactness).
+numbers do not depend on which Intel machine ran it (docs/training.md#bit-exactness; an AMD host rounds
+otherwise whatever the level: docs/training.md#between-intel-and-amd, :func:`kernel_digest` tells hosts apart).
 
 torch picks its CPU kernels by the host's instruction set in three libraries, and each pick changes
 the float rounding, which training amplifies into different weights: ATen's vectorised kernels
@@ -20,7 +21,7 @@ import platform
 from collections.abc import MutableMapping
 from typing import Any
 
-__all__ = ["ENV", "LEVELS", "DEFAULT_LEVEL", "requested_level", "pin_cpu_isa", "cpu_isa_record"]
+__all__ = ["ENV", "LEVELS", "DEFAULT_LEVEL", "requested_level", "pin_cpu_isa", "cpu_isa_record", "kernel_digest"]
 
 ENV = "DMLREPRO_CPU_ISA"
 #: each level's settings of the three libraries (``native``: none, each library picks for the host)
@@ -62,3 +63,35 @@ def cpu_isa_record() -> dict[str, Any]:
         "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
         "mkl_cbwr": os.environ.get("MKL_CBWR"),
     }
+
+
+def kernel_digest() -> str:
+    """A digest of the bits this host's CPU kernels give: 30 Adam steps of a small conv net (oneDNN's
+    convolutions, MKL's linear layer, ATen's reductions) on one thread from seed 0, sha256 of the weights'
+    bytes, 12 hex digits. Two hosts with the same digest round as one; the pin equalises Intel hosts, not an
+    Intel and an AMD host (docs/training.md#between-intel-and-amd). Leaves torch's RNG and threads as found."""
+    import hashlib
+
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            nn = torch.nn
+            net = nn.Sequential(
+                nn.Conv2d(3, 16, 3), nn.BatchNorm2d(16), nn.ReLU(), nn.Conv2d(16, 32, 3),
+                nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10),
+            )  # fmt: skip
+            opt = torch.optim.Adam(net.parameters(), 1e-2)
+            x, y = torch.randn(64, 3, 24, 24), torch.randint(0, 10, (64,))
+            for _ in range(30):
+                loss = nn.functional.cross_entropy(net(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+    finally:
+        torch.set_num_threads(threads)
+    weights = b"".join(p.detach().numpy().tobytes() for p in net.parameters())
+    return hashlib.sha256(weights).hexdigest()[:12]

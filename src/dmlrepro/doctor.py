@@ -1,7 +1,7 @@
 """``dmlrepro doctor``: this node's facts for training on it, on one screen: torch and the CUDA it was
 built for, the NVIDIA driver against the one that CUDA needs, the GPUs torch sees, CUDA_VISIBLE_DEVICES
-and the job's GPU request, the CPUs (model, vector units, the ones this process may use, torch's
-threads) and faiss. Exit status 1 when the job asked for a GPU (``--require-gpu`` or
+and the job's GPU request, the CPUs (model, vector units, the kernels' digest: cpu_isa.kernel_digest, the
+ones this process may use, torch's threads) and faiss. Exit status 1 when the job asked for a GPU (``--require-gpu`` or
 ``DMLREPRO_GPUS`` > 0) and none is usable: the line a training run would stop with
 (docs/environment.md#gpu-driver)."""
 
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dmlrepro.cpu_isa import ENV as CPU_ISA_ENV, requested_level
+from dmlrepro.cpu_isa import ENV as CPU_ISA_ENV, kernel_digest, requested_level
 
 #: the CPU flags that decide the CPU kernels' speed (AVX2 / AVX-512 / AMX; bf16 units)
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
@@ -78,6 +78,7 @@ def facts() -> dict[str, Any]:
         "cpu_flags": cpu_flags(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cpu_isa": requested_level(),
+        "kernel_digest": kernel_digest(),
         "cpus_usable": available_cpus(),
         "torch_threads": torch.get_num_threads(),
         "faiss": faiss_facts(torch.device("cpu")),
@@ -101,6 +102,8 @@ def screen(f: dict[str, Any]) -> str:
         + (", ".join(f"{k}={v!r}" for k, v in f["job"].items() if v is not None) or "no scheduler variables"),
         f"CPU         {f['cpu']}; {', '.join(f['cpu_flags']) or 'no AVX2'}; torch kernels {f['cpu_capability']}"
         f" ({CPU_ISA_ENV}={f['cpu_isa']})",
+        f"bits        kernel digest {f['kernel_digest']}: hosts with the same digest give a CPU run the same bits"
+        " (docs/training.md#between-intel-and-amd)",
         f"CPUs        {f['cpus_usable']} usable by this process; torch threads {f['torch_threads']}",
         f"faiss       {faiss['faiss'] or 'not installed'}"
         + (f" (GPU build, {faiss['faiss_gpus']} GPU(s))" if faiss["faiss_gpu_build"] else " (CPU build)"),

@@ -13,6 +13,7 @@ import sys
 import pytest
 import torch
 
+from dmlrepro.cpu_isa import kernel_digest
 from dmlrepro.train import runtime
 from dmlrepro.train.config import ConfigError
 from dmlrepro.train.runtime import apply_speed, driver_version, gpu_unusable_reason, resolve_device, restore_speed
@@ -146,10 +147,11 @@ def test_doctor_prints_the_nodes_facts_on_one_screen():
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert len(lines) <= 24
-    for head in ("torch", "driver", "GPU", "job", "CPU", "CPUs", "faiss"):
+    for head in ("torch", "driver", "GPU", "job", "CPU", "bits", "CPUs", "faiss"):
         assert any(line.startswith(head + " ") for line in lines), (head, r.stdout)
     facts = json.loads(_doctor("--json").stdout)
     assert facts["torch"] == torch.__version__ and facts["torch_cuda"] == torch.version.cuda
+    assert facts["kernel_digest"] == kernel_digest()  # this process's kernels: the same pin, the same host
     assert facts["cpus_usable"] >= 1 and isinstance(facts["cpu_flags"], list)
 
 
