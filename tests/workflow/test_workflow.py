@@ -335,6 +335,26 @@ def test_rerun_does_nothing(finished):
     assert "Nothing to be done" in snakemake(finished, TINY, "-n")
 
 
+def test_a_deleted_run_folder_is_retrained_and_its_tables_rebuilt(finished):
+    """docs/workflow.md#runs-are-content-addressed: deleting a run's folder reruns that run and what shows
+    it (Snakemake alone would rebuild no missing file that only feeds an up-to-date table), from `all`
+    and from a target; the folder is moved back afterwards."""
+    run_id = "proxy_anchor-synthetic-tiny_cnn-s1-"  # in the experiments `table` and `timing`
+    (folder,) = (path for path in (finished / "results/runs").iterdir() if path.name.startswith(run_id))
+    aside = finished / "aside"
+    folder.rename(aside)
+    try:
+        output = snakemake(finished, TINY, "-n")
+        assert planned_runs(output) == {folder.name}
+        plan = {"train": 1, "aggregate": 2, "report_section": 2, "report": 1, "all": 1}
+        assert planned_jobs(output) == plan
+        target = snakemake(finished, TINY, "-n", "table")
+        assert planned_runs(target) == {folder.name} and planned_jobs(target)["target_report"] == 1
+    finally:
+        aside.rename(folder)
+    assert "Nothing to be done" in snakemake(finished, TINY, "-n")
+
+
 def test_search_experiment_and_opt_in(finished):
     """The search ran its 3 trials (no workflow run of its own); choosing the opt-in experiment plans its
     one run, its table and section, and the report."""

@@ -151,6 +151,15 @@ experiment_metrics = experiment_run_files(RunDir.METRICS)
 experiment_logs = experiment_run_files(RunDir.TRAIN_LOG)
 
 
+def experiments_run_metrics(experiments):
+    """Every run's metrics.json of `experiments`, each once: inputs of the targets themselves, since
+    Snakemake rebuilds no missing file that only feeds an up-to-date one; so a deleted run folder is
+    retrained and the tables showing it rebuilt (docs/workflow.md#runs-are-content-addressed)."""
+    return sorted(
+        {LAYOUT.run_file(run.run_id, RunDir.METRICS) for name in experiments for run in table_runs(name)}
+    )
+
+
 def experiment_search_trials(wildcards):
     """The trials.csv of every search of the experiment (none for an experiment without `search:`)."""
     return [

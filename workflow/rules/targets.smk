@@ -40,4 +40,7 @@ for target in TARGETS:
             target
         input:
             LAYOUT.target_report(target, "index.html"),
+            runs=lambda wildcards, target=target: experiments_run_metrics(
+                [name for name in TARGETS[target] if name in EXPERIMENTS]
+            ),
         localrule: True
