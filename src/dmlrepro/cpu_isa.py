@@ -66,10 +66,13 @@ def cpu_isa_record() -> dict[str, Any]:
 
 
 def kernel_digest() -> str:
-    """A digest of the bits this host's CPU kernels give: 30 Adam steps of a small conv net (oneDNN's
-    convolutions, MKL's linear layer, ATen's reductions) on one thread from seed 0, sha256 of the weights'
-    bytes, 12 hex digits. Two hosts with the same digest round as one; the pin equalises Intel hosts, not an
-    Intel and an AMD host (docs/training.md#between-intel-and-amd). Leaves torch's RNG and threads as found."""
+    """A digest of the bits this host's CPU kernels give: 10 Adam steps of a small conv net (oneDNN's
+    convolutions, MKL's linear layer, ATen's reductions) on one thread from seed 0, then its outputs for the
+    whole batch and for its first one, two and three images; sha256 of the weights' and outputs' bytes, 12 hex
+    digits. Two hosts with the same digest round as one. The pin equalises Intel hosts, whose products do not
+    depend on the batch; an AMD EPYC's one-image product differs from its whole-batch one, so its digest
+    differs from every such host's (docs/training.md#between-intel-and-amd). About 0.05 s once torch's
+    optimisers are imported (1.4 s before). Leaves torch's RNG and threads as found."""
     import hashlib
 
     import torch
@@ -85,13 +88,18 @@ def kernel_digest() -> str:
                 nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10),
             )  # fmt: skip
             opt = torch.optim.Adam(net.parameters(), 1e-2)
-            x, y = torch.randn(64, 3, 24, 24), torch.randint(0, 10, (64,))
-            for _ in range(30):
+            x, y = torch.randn(32, 3, 16, 16), torch.randint(0, 10, (32,))
+            for _ in range(10):
                 loss = nn.functional.cross_entropy(net(x), y)
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
+            net.eval()
+            with torch.no_grad():
+                outputs = [net(x[:n]) for n in (len(x), 1, 2, 3)]
     finally:
         torch.set_num_threads(threads)
-    weights = b"".join(p.detach().numpy().tobytes() for p in net.parameters())
-    return hashlib.sha256(weights).hexdigest()[:12]
+    digest = hashlib.sha256()
+    for tensor in [*net.parameters(), *outputs]:
+        digest.update(tensor.detach().numpy().tobytes())
+    return digest.hexdigest()[:12]

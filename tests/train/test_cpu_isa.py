@@ -20,7 +20,7 @@ from dmlrepro.train.precision import precision_record
 
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2,STRICT"}
 
-#: the kernels' digest (cpu_isa.kernel_digest: 30 Adam steps of a small conv net, its weights' sha256) and
+#: the kernels' digest (cpu_isa.kernel_digest: 10 Adam steps of a small conv net, its weights' and outputs' sha256) and
 #: ATen's kernel level, importing dmlrepro before torch ("dmlrepro") or after torch ("torch": then not pinning)
 TRAINING = textwrap.dedent(
     """
@@ -142,3 +142,13 @@ def test_metrics_json_records_the_kernels_a_cpu_run_used():
     assert record["cpu_kernels"] == torch.backends.cpu.get_cpu_capability()
     assert record["onednn_max_cpu_isa"] == os.environ.get("ONEDNN_MAX_CPU_ISA")
     assert record["mkl_cbwr"] == os.environ.get("MKL_CBWR")
+    assert record["kernel_digest"] == kernel_digest()  # the report tells hosts apart by it
+
+
+def test_a_cuda_runs_record_has_no_kernel_digest(monkeypatch):
+    """A GPU run's bits are its GPU's: the CPU kernels' digest is not computed for it (the report names the GPU)."""
+    import dmlrepro.train.precision as precision
+
+    monkeypatch.setattr(precision, "device_identity", lambda device: {"device_name": "NVIDIA H200"})
+    monkeypatch.setattr(precision, "kernel_digest", lambda: pytest.fail("a CUDA run computed the CPU's digest"))
+    assert precision.precision_record(None, torch.device("cuda", 0), False, None)["kernel_digest"] is None

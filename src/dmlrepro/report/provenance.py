@@ -85,6 +85,7 @@ def provenance(
         "lock": lock_record(repo),  # requirements.lock's pins and how this environment differs (docs/environment.md)
         "report_device": device_description(),
         "runs": [{**UNRECORDED_PRECISION, **r, "config_hash": r["run_id"].rsplit("-", 1)[-1]} for r in runs],
+        "mixed_hardware": mixed_hardware(runs, experiments),
         "hours_per_experiment": {name: sum(hours.get(i, 0.0) for i in ids) for name, ids in experiments.items()},
         "total_hours": sum(hours.values()),
     }
@@ -117,8 +118,8 @@ def section_runs(
     """One experiment's runs as the provenance table lists them: run_id, method, dataset, seed, epochs
     (from each run's resolved `config`: the cap), stopped_epoch (metrics.json: where early stopping ended the
     run; None at the cap), status, device (:func:`device_text`) and training / evaluation
-    precision (metrics.json; the config's device for a run recorded before the precision was) and
-    train_hours (train_log.csv)."""
+    precision (metrics.json; the config's device for a run recorded before the precision was), hardware
+    (:func:`hardware`) and train_hours (train_log.csv)."""
     out = []
     for run, metrics, log in zip(runs, metrics_files, train_logs, strict=True):
         record = json.loads(Path(metrics).read_text())
@@ -130,6 +131,7 @@ def section_runs(
                 "dataset": run["dataset"],
                 "seed": run["seed"],
                 "device": device_text(precision, run["config"]["device"]),
+                "hardware": hardware(precision),
                 "epochs": run["config"]["epochs"],
                 "stopped_epoch": record.get("stopped_epoch"),
                 **UNRECORDED_PRECISION,
@@ -144,16 +146,48 @@ def section_runs(
 def device_text(precision: Mapping[str, Any], configured: str) -> str:
     """The device a run trained on (metrics.json's `precision`, else the `configured` one) and, where
     recorded, the hardware behind it: the device's name, a GPU's uuid and the workflow's GPU slot
-    (`cuda:0 (NVIDIA H200; <its uuid>; slot 2)`), a CPU's kernels (`cpu (Intel Xeon; AVX2 kernels)`:
-    dmlrepro.cpu_isa)."""
+    (`cuda:0 (NVIDIA H200; <its uuid>; slot 2)`), a CPU's kernels and their digest
+    (`cpu (Intel Xeon; AVX2 kernels; digest 23f64dd0d71b)`: dmlrepro.cpu_isa)."""
     device = precision.get("device", configured)
     facts = [precision.get("device_name"), precision.get("gpu_uuid")]
     if precision.get("gpu_slot"):
         facts.append(f"slot {precision['gpu_slot']}")
     if str(device) == "cpu" and precision.get("cpu_kernels"):
         facts.append(f"{precision['cpu_kernels']} kernels")
+    if str(device) == "cpu" and precision.get("kernel_digest"):
+        facts.append(f"digest {precision['kernel_digest']}")
     facts = [str(fact) for fact in facts if fact]
     return f"{device} ({'; '.join(facts)})" if facts else str(device)
+
+
+def hardware(precision: Mapping[str, Any]) -> str | None:
+    """What, beside its run id, decides a run's bits: a GPU's name; a CPU run's kernel digest (recorded since
+    dmlrepro.cpu_isa.kernel_digest; before, the CPU's name and kernels). None when metrics.json names neither."""
+    if str(precision.get("device", "")).startswith("cuda"):
+        return precision.get("device_name")
+    if precision.get("kernel_digest"):
+        return f"CPU kernels with digest {precision['kernel_digest']}"
+    if precision.get("device_name"):
+        return f"{precision['device_name']}, {precision.get('cpu_kernels')} kernels (no digest recorded)"
+    return None
+
+
+def mixed_hardware(
+    runs: Sequence[Mapping[str, Any]], experiments: Mapping[str, Sequence[str]]
+) -> dict[str, dict[str, list[str]]]:
+    """experiment -> {kind of :func:`hardware`: its run ids}, for each experiment whose runs came from more
+    than one kind: its seeds are not one host's, so rerunning them on one host gives other numbers
+    (docs/training.md#between-intel-and-amd). Runs that name no hardware are left out."""
+    kinds = {run["run_id"]: run.get("hardware") for run in runs}
+    mixed = {}
+    for name, ids in experiments.items():
+        found: dict[str, list[str]] = {}
+        for run_id in ids:
+            if kinds.get(run_id):
+                found.setdefault(kinds[run_id], []).append(run_id)
+        if len(found) > 1:
+            mixed[name] = dict(sorted(found.items()))
+    return mixed
 
 
 def collect_section_runs(sections: Mapping[str, str | Path]) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:

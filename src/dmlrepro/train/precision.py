@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from dmlrepro.cpu_isa import cpu_isa_record
+from dmlrepro.cpu_isa import cpu_isa_record, kernel_digest
 from dmlrepro.evaluation.knn import SEARCH_PRECISION
 
 from .runtime import device_identity
@@ -62,8 +62,9 @@ def precision_record(amp_dtype: torch.dtype | None, device: torch.device, tf32: 
     """metrics.json's ``precision``: the device and the hardware behind it (:func:`device_identity`), the
     training, evaluation and k-NN search precisions, torch's TF32 flags as training ran (they act on CUDA
     only), the CPU kernels' instruction set (:func:`~dmlrepro.cpu_isa.cpu_isa_record`: CUDA runs' data
-    pipeline and evaluation run some) and, for a loss that says so, the pair search it took (PFML:
-    ``pair_search_path``)."""
+    pipeline and evaluation run some), for a CPU run the digest of the bits its host's kernels give
+    (:func:`~dmlrepro.cpu_isa.kernel_digest`: the report flags a table mixing hosts that round otherwise) and,
+    for a loss that says so, the pair search it took (PFML: ``pair_search_path``)."""
     return {
         "device": str(device),
         "train": precision_name(amp_dtype, device, tf32),
@@ -73,5 +74,6 @@ def precision_record(amp_dtype: torch.dtype | None, device: torch.device, tf32: 
         "cudnn_tf32": bool(torch.backends.cudnn.allow_tf32),
         **device_identity(device),
         **cpu_isa_record(),
+        "kernel_digest": kernel_digest() if device.type == "cpu" else None,
         "pair_search_path": getattr(loss, "pair_search_path", None),
     }
