@@ -154,9 +154,14 @@ experiment_logs = experiment_run_files(RunDir.TRAIN_LOG)
 def experiments_run_metrics(experiments):
     """Every run's metrics.json of `experiments`, each once: inputs of the targets themselves, since
     Snakemake rebuilds no missing file that only feeds an up-to-date one; so a deleted run folder is
-    retrained and the tables showing it rebuilt (docs/workflow.md#runs-are-content-addressed)."""
+    retrained and the tables showing it rebuilt (docs/workflow.md#runs-are-content-addressed).
+    """
     return sorted(
-        {LAYOUT.run_file(run.run_id, RunDir.METRICS) for name in experiments for run in table_runs(name)}
+        {
+            LAYOUT.run_file(run.run_id, RunDir.METRICS)
+            for name in experiments
+            for run in table_runs(name)
+        }
     )
 
 
