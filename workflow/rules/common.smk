@@ -135,16 +135,14 @@ def dataset_params(wildcards):
     return TABLE.dataset_params.get(wildcards.dataset, {})
 
 
+def run_files(experiment, name):
+    """The file `name` in the folder of every run of `experiment`."""
+    return [LAYOUT.run_file(run.run_id, name) for run in table_runs(experiment)]
+
+
 def experiment_run_files(name):
     """Input function: the file `name` in the folder of every run of the experiment."""
-
-    def files(wildcards):
-        return [
-            LAYOUT.run_file(run.run_id, name)
-            for run in table_runs(wildcards.experiment)
-        ]
-
-    return files
+    return lambda wildcards: run_files(wildcards.experiment, name)
 
 
 experiment_metrics = experiment_run_files(RunDir.METRICS)
@@ -157,11 +155,7 @@ def experiments_run_metrics(experiments):
     retrained and the tables showing it rebuilt (docs/workflow.md#runs-are-content-addressed).
     """
     return sorted(
-        {
-            LAYOUT.run_file(run.run_id, RunDir.METRICS)
-            for name in experiments
-            for run in table_runs(name)
-        }
+        {path for name in experiments for path in run_files(name, RunDir.METRICS)}
     )
 
 
@@ -246,9 +240,14 @@ def experiment_methods(wildcards):
     return canonical({name: config["methods"][name] for name in names})
 
 
-def target_experiments(wildcards):
+def built_experiments(target):
     """The built experiments of a target (TARGETS: workflow/rules/targets.smk), in the config's order."""
-    return [name for name in TARGETS[wildcards.target] if name in EXPERIMENTS]
+    return [name for name in TARGETS[target] if name in EXPERIMENTS]
+
+
+def target_experiments(wildcards):
+    """Input function: :func:`built_experiments` of the job's target."""
+    return built_experiments(wildcards.target)
 
 
 def target_files(pattern):

@@ -41,6 +41,6 @@ for target in TARGETS:
         input:
             LAYOUT.target_report(target, "index.html"),
             runs=lambda wildcards, target=target: experiments_run_metrics(
-                [name for name in TARGETS[target] if name in EXPERIMENTS]
+                built_experiments(target)
             ),
         localrule: True
